@@ -1,0 +1,120 @@
+"""Differential test: the Python filter evaluator must answer exactly as Chroma does.
+
+Random filters run against one real Chroma collection whose records cover every kind of
+value (ints, floats, bools, strings, lists, missing keys); the evaluator must select the same
+ids, and must refuse (return None) exactly the filters Chroma rejects.
+"""
+
+from __future__ import annotations
+
+import itertools
+import uuid
+from typing import Any
+
+import chromadb
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from window_retriever._filters import compile_where
+
+INTS = [-2, -1, 0, 1, 2]
+FLOATS = [-1.5, -0.5, 0.0, 0.5, 1.0, 1.5, 2.0]
+STRS = ["", "0", "1", "a", "b"]
+BOOLS = [True, False]
+LISTS: list[list[Any]] = [[1, 2], ["a", "b"], [True]]
+VALUES: list[Any] = [*INTS, *FLOATS, *STRS, *BOOLS, *LISTS]
+
+
+def _records() -> list[dict[str, Any]]:
+    records: list[dict[str, Any]] = [{"z": 0}]  # no "a", no "b"
+    for a in VALUES:
+        records.append({"a": a})
+    for a, b in itertools.product([*INTS, *FLOATS, *STRS, *BOOLS], [0, 1.5, "a", True]):
+        records.append({"a": a, "b": b})
+    return records
+
+
+RECORDS = _records()
+
+
+@pytest.fixture(scope="module")
+def collection() -> Any:
+    client = chromadb.EphemeralClient()
+    col = client.create_collection(f"filters-{uuid.uuid4().hex[:8]}", embedding_function=None)
+    col.add(
+        ids=[str(i) for i in range(len(RECORDS))],
+        embeddings=[[0.0, 1.0]] * len(RECORDS),
+        metadatas=RECORDS,  # type: ignore[arg-type]
+    )
+    yield col
+    client.delete_collection(col.name)
+
+
+scalars = st.sampled_from([*INTS, *FLOATS, *STRS, *BOOLS])
+numbers = st.sampled_from([*INTS, *FLOATS])
+keys = st.sampled_from(["a", "b"])
+
+
+def _leaf() -> st.SearchStrategy[dict[str, Any]]:
+    same_type_lists = st.one_of(
+        st.lists(st.sampled_from(INTS), min_size=1, max_size=3),
+        st.lists(st.sampled_from(FLOATS), min_size=1, max_size=3),
+        st.lists(st.sampled_from(STRS), min_size=1, max_size=3),
+        st.lists(st.sampled_from(BOOLS), min_size=1, max_size=2),
+    )
+    return st.one_of(
+        st.builds(lambda k, v: {k: v}, keys, scalars),
+        st.builds(lambda k, op, v: {k: {op: v}}, keys, st.sampled_from(["$eq", "$ne"]), scalars),
+        st.builds(
+            lambda k, op, v: {k: {op: v}},
+            keys,
+            st.sampled_from(["$gt", "$gte", "$lt", "$lte"]),
+            numbers,
+        ),
+        st.builds(lambda k, op, v: {k: {op: v}}, keys, st.sampled_from(["$in", "$nin"]), same_type_lists),
+    )
+
+
+filters = st.recursive(
+    _leaf(),
+    lambda children: st.builds(
+        lambda op, parts: {op: parts}, st.sampled_from(["$and", "$or"]), st.lists(children, min_size=2, max_size=3)
+    ),
+    max_leaves=5,
+)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(where=filters)
+def test_evaluator_selects_exactly_what_chroma_selects(collection: Any, where: dict[str, Any]) -> None:
+    predicate = compile_where(where)
+    assert predicate is not None, f"valid filter refused: {where}"
+    expected = set(collection.get(where=where, include=[])["ids"])
+    actual = {str(i) for i, record in enumerate(RECORDS) if predicate(record)}
+    assert actual == expected, where
+
+
+INVALID: list[dict[str, Any]] = [
+    {"a": {"$gt": "a"}},
+    {"a": {"$lt": True}},
+    {"a": {"$in": [0, "x"]}},
+    {"a": {"$in": []}},
+    {"a": {"$nin": []}},
+    {"a": 1, "b": 1},
+    {"$and": [{"a": 1}]},
+    {"$or": []},
+    {"a": {"$eq": [1, 2]}},
+]
+
+
+@pytest.mark.parametrize("where", INVALID, ids=str)
+def test_evaluator_refuses_what_chroma_rejects(collection: Any, where: dict[str, Any]) -> None:
+    with pytest.raises(Exception):  # noqa: B017, PT011 - Chroma raises several types
+        collection.get(where=where)
+    assert compile_where(where) is None
+
+
+@pytest.mark.parametrize("where", [{"a": {"$contains": 1}}, {"a": {"$not_contains": "a"}}], ids=str)
+def test_operators_outside_the_evaluator_go_to_the_store(where: dict[str, Any]) -> None:
+    assert compile_where(where) is None

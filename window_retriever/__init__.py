@@ -1,0 +1,35 @@
+"""window_retriever: retrieval that returns whole, readable windows instead of torn chunks.
+
+Split with :class:`WindowSplitter`, store with :func:`add_chunks` (Chroma, embedded or
+server, with the offline :func:`default_embeddings`), retrieve with
+:class:`ContextWindowRetriever`, a drop-in LangChain retriever.
+"""
+
+from window_retriever._embeddings import MiniLMEmbeddings, default_embeddings
+from window_retriever._errors import (
+    ConfigurationError,
+    MissingWindowMetadataError,
+    WindowRetrieverError,
+)
+from window_retriever._ingest import add_chunks
+from window_retriever._retriever import ContextWindowRetriever
+from window_retriever._splitter import WindowSplitter
+from window_retriever._stores import ChromaWindowStore, Fetch, Search, WindowStore
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "ChromaWindowStore",
+    "ConfigurationError",
+    "ContextWindowRetriever",
+    "Fetch",
+    "MiniLMEmbeddings",
+    "MissingWindowMetadataError",
+    "Search",
+    "WindowRetrieverError",
+    "WindowSplitter",
+    "WindowStore",
+    "__version__",
+    "add_chunks",
+    "default_embeddings",
+]

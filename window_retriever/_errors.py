@@ -1,0 +1,18 @@
+"""The exceptions of window_retriever: one root type, one subclass per kind of failure."""
+
+from __future__ import annotations
+
+
+class WindowRetrieverError(Exception):
+    """Root of every error that window_retriever raises on purpose."""
+
+
+class ConfigurationError(WindowRetrieverError, ValueError):
+    """An argument is invalid; the message names the argument, the value and the fix."""
+
+
+class MissingWindowMetadataError(WindowRetrieverError, ValueError):
+    """A stored chunk lacks the metadata that windows are built from.
+
+    Raised only in strict mode; otherwise such a chunk is returned as it is, with a warning.
+    """

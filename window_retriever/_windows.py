@@ -1,0 +1,357 @@
+"""The window algorithm: plain data in, plain data out, no I/O and no LangChain.
+
+A retrieval runs in three steps, and only the middle one touches the store:
+
+1. :func:`plan_fetch` decides which neighbour positions the hits may need, sized from the
+   budget, so that one batched store call brings them all;
+2. the caller fetches those positions (by computed chunk id) and filters them;
+3. :func:`assemble` grows each hit into a window, merges windows that overlap or touch, and
+   returns at most ``k`` windows, best first. If unusually short chunks exhaust the fetch
+   before a budget is spent, it says which positions it still needs (:attr:`Assembly.needs`)
+   and the caller fetches those and assembles again.
+
+Growth of one hit alternates after / before (``i+1, i-1, i+2, i-2, ...``) in mode ``"both"``,
+goes only after in ``"next"`` and only before in ``"prev"``, and adds a neighbour while
+``length_function(window text) <= budget``. A direction stops at the file's edge, at a gap
+(a position the store does not have, or that the caller's filter hides), at a chunk of
+another version of the file, or at the first neighbour that does not fit; the other direction
+goes on. A hit longer than the budget comes back alone, whole.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Iterable, Mapping, Sequence, Set
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+Mode = Literal["both", "next", "prev"]
+Direction = Literal["next", "prev"]
+LengthFunction = Callable[[str], int]
+Position = tuple[str, int]
+"""A chunk's place: ``(file_id, chunk_index)``."""
+
+MODES: tuple[Mode, ...] = ("both", "next", "prev")
+
+_DIRECTIONS: dict[Mode, tuple[Direction, ...]] = {
+    "both": ("next", "prev"),
+    "next": ("next",),
+    "prev": ("prev",),
+}
+# Chunks are usually a little shorter than the hit that stands for them once the splitter's
+# overlap is trimmed; plan with 4/5 of the typical length so one fetch nearly always suffices.
+_STEP_FACTOR = 0.8
+
+
+@dataclass(frozen=True, slots=True)
+class Chunk:
+    """One stored chunk.
+
+    ``file_id`` and ``index`` are ``None`` for a chunk that lacks window metadata: such a
+    chunk is returned alone and never grows or merges.
+    """
+
+    id: str
+    text: str
+    file_id: str | None = None
+    index: int | None = None
+    start: int | None = None
+    version: str | None = None
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def position(self) -> Position | None:
+        """``(file_id, index)``, or ``None`` for a chunk without window metadata."""
+        if self.file_id is None or self.index is None:
+            return None
+        return (self.file_id, self.index)
+
+
+@dataclass(frozen=True, slots=True)
+class Hit:
+    """A chunk returned by the similarity search, with its distance (lower is better)."""
+
+    chunk: Chunk
+    distance: float
+
+
+@dataclass(frozen=True, slots=True)
+class Window:
+    """Contiguous chunks of one file (in order), the hits inside them, and the joined text."""
+
+    chunks: tuple[Chunk, ...]
+    hits: tuple[Hit, ...]
+    text: str
+
+    @property
+    def score(self) -> float:
+        """The best (minimum) distance of the hits inside the window."""
+        return min(hit.distance for hit in self.hits)
+
+    @property
+    def start_index(self) -> int | None:
+        """Character offset of the window in its source, when the chunks carry it."""
+        return self.chunks[0].start
+
+    @property
+    def end_index(self) -> int | None:
+        """Character offset just past the window's last character in its source."""
+        last = self.chunks[-1]
+        return None if last.start is None else last.start + len(last.text)
+
+
+@dataclass(frozen=True, slots=True)
+class Need:
+    """A growth that stopped at a position nobody fetched while budget was left."""
+
+    position: Position
+    direction: Direction
+    count: int
+    """How many positions from ``position`` onward, in ``direction``, are worth fetching."""
+
+
+@dataclass(frozen=True, slots=True)
+class Assembly:
+    """What :func:`assemble` returns: the windows, and what it still needs, if anything."""
+
+    windows: list[Window]
+    needs: list[Need]
+
+    @property
+    def complete(self) -> bool:
+        """True when no growth stopped for want of a fetch."""
+        return not self.needs
+
+
+def plan_fetch(
+    hits: Sequence[Hit],
+    *,
+    k: int,
+    budget: int,
+    mode: Mode,
+    length_function: LengthFunction,
+) -> list[Position]:
+    """Return the neighbour positions that the top hits may need, in one batch.
+
+    Each hit may reach as many neighbours per direction as the budget left after the hit
+    holds, at the typical chunk length, plus one (to learn that the next one does not fit).
+    Hits are planned in rank order until ``k`` of them are far enough apart that their windows
+    cannot merge: those are the ones that will become the ``k`` windows; the hits near them
+    may be absorbed or merged, and are planned too.
+    """
+    windowable = [hit for hit in hits if hit.chunk.position is not None]
+    if not windowable:
+        return []
+    lengths = {hit.chunk.id: length_function(hit.chunk.text) for hit in windowable}
+    typical = sorted(lengths.values())[len(lengths) // 2]
+    step = max(1, int(typical * _STEP_FACTOR))
+    directions = _DIRECTIONS[mode]
+    known = {hit.chunk.position for hit in windowable}
+    reaches: dict[str, list[tuple[int, int]]] = {}
+    planned: dict[Position, None] = {}
+    distinct = 0
+    for hit in windowable:
+        file_id, index = hit.chunk.position  # type: ignore[misc]
+        left = max(0, budget - lengths[hit.chunk.id])
+        reach = left // step + 1 if left else 0
+        lo = index - reach if "prev" in directions else index
+        hi = index + reach if "next" in directions else index
+        ranges = reaches.setdefault(file_id, [])
+        if not any(lo <= other_hi + 1 and other_lo <= hi + 1 for other_lo, other_hi in ranges):
+            distinct += 1
+        ranges.append((lo, hi))
+        for position in range(max(0, lo), hi + 1):
+            if (file_id, position) not in known:
+                planned[(file_id, position)] = None
+        if distinct >= k:
+            break
+    return list(planned)
+
+
+def plan_needs(needs: Iterable[Need]) -> list[Position]:
+    """Return the positions that a second fetch must bring for ``needs``."""
+    planned: dict[Position, None] = {}
+    for need in needs:
+        file_id, index = need.position
+        sign = 1 if need.direction == "next" else -1
+        for offset in range(need.count):
+            position = index + sign * offset
+            if position < 0:
+                break
+            planned[(file_id, position)] = None
+    return list(planned)
+
+
+def assemble(
+    hits: Sequence[Hit],
+    chunks: Mapping[Position, Chunk],
+    fetched: Set[Position],
+    *,
+    k: int,
+    budget: int,
+    mode: Mode,
+    length_function: LengthFunction,
+) -> Assembly:
+    """Grow hits into at most ``k`` windows, merge those that touch, and rank them best first.
+
+    Args:
+        hits: The search results in rank order (best first).
+        chunks: Every chunk available for windows, by position: the hits and the fetched
+            neighbours that passed the caller's filter. The order of this mapping does not
+            matter.
+        fetched: Positions that were asked of the store: a position here but not in
+            ``chunks`` is a gap (missing or filtered out). A position in neither is unknown:
+            growth stops there and the answer's ``needs`` asks for it.
+        k: How many windows to return at most.
+        budget: The largest ``length_function`` of a grown window.
+        mode: ``"both"``, ``"next"`` or ``"prev"``.
+        length_function: The measure of a text that ``budget`` limits.
+
+    Returns:
+        The windows, best (minimum distance) first, and any positions still needed.
+    """
+    windows: list[_Draft] = []
+    needs: list[Need] = []
+    for rank, hit in enumerate(hits):
+        holder = next((draft for draft in windows if draft.contains(hit.chunk)), None)
+        if holder is not None:
+            holder.hits.append((rank, hit))
+            continue
+        if len(windows) >= k:
+            continue
+        draft = _grow(rank, hit, chunks, fetched, budget, mode, length_function, needs)
+        for other in [w for w in windows if w.touches(draft)]:
+            windows.remove(other)
+            draft = draft.merged(other)
+        windows.append(draft)
+    ordered = sorted(windows, key=lambda draft: (draft.score, draft.first_rank))
+    return Assembly(windows=[draft.freeze() for draft in ordered], needs=needs)
+
+
+def join_texts(chunks: Sequence[Chunk]) -> str:
+    """Join consecutive chunks of one file, dropping the text that neighbours share.
+
+    Overlap is measured by ``start`` offsets: if a chunk starts before its predecessor ends,
+    the shared characters are kept once. Where the splitter dropped whitespace between two
+    chunks, one space (a one-character gap) or a newline (a longer gap) stands in for it.
+    Chunks without ``start`` are joined with a newline.
+    """
+    if not chunks:
+        return ""
+    parts = [chunks[0].text]
+    for before, after in itertools.pairwise(chunks):
+        overlap, separator = _seam(before, after)
+        parts.append(separator + after.text[overlap:])
+    return "".join(parts)
+
+
+def _seam(before: Chunk, after: Chunk) -> tuple[int, str]:
+    """Return how many leading characters of ``after`` repeat ``before``, and the separator."""
+    if before.start is None or after.start is None:
+        return 0, "\n"
+    gap = after.start - (before.start + len(before.text))
+    if gap < 0:
+        return min(-gap, len(after.text)), ""
+    if gap == 0:
+        return 0, ""
+    return 0, " " if gap == 1 else "\n"
+
+
+@dataclass(slots=True)
+class _Draft:
+    """A window under construction: a contiguous run of chunks of one file version."""
+
+    run: list[Chunk]
+    hits: list[tuple[int, Hit]]
+    text: str
+
+    @property
+    def key(self) -> tuple[str | None, str | None, str | None]:
+        first = self.run[0]
+        # A chunk without window metadata is a file of its own: key it by its id.
+        return (first.file_id, first.version, None if first.file_id else first.id)
+
+    @property
+    def lo(self) -> int:
+        return self.run[0].index or 0
+
+    @property
+    def hi(self) -> int:
+        return self.run[-1].index or 0
+
+    @property
+    def score(self) -> float:
+        return min(hit.distance for _, hit in self.hits)
+
+    @property
+    def first_rank(self) -> int:
+        return min(rank for rank, _ in self.hits)
+
+    def contains(self, chunk: Chunk) -> bool:
+        if chunk.position is None:
+            return any(c.id == chunk.id for c in self.run)
+        return (
+            self.key == (chunk.file_id, chunk.version, None)
+            and self.lo <= (chunk.index or 0) <= self.hi
+        )
+
+    def touches(self, other: _Draft) -> bool:
+        if self.key != other.key or self.run[0].position is None:
+            return False
+        return self.lo <= other.hi + 1 and other.lo <= self.hi + 1
+
+    def merged(self, other: _Draft) -> _Draft:
+        by_index = {chunk.index: chunk for chunk in [*self.run, *other.run]}
+        run = [by_index[index] for index in sorted(by_index)]  # type: ignore[type-var]
+        return _Draft(run=run, hits=self.hits + other.hits, text=join_texts(run))
+
+    def freeze(self) -> Window:
+        hits = tuple(hit for _, hit in sorted(self.hits, key=lambda pair: pair[0]))
+        return Window(chunks=tuple(self.run), hits=hits, text=self.text)
+
+
+def _grow(
+    rank: int,
+    hit: Hit,
+    chunks: Mapping[Position, Chunk],
+    fetched: Set[Position],
+    budget: int,
+    mode: Mode,
+    length_function: LengthFunction,
+    needs: list[Need],
+) -> _Draft:
+    start = hit.chunk
+    draft = _Draft(run=[start], hits=[(rank, hit)], text=start.text)
+    if start.position is None:
+        return draft
+    file_id = start.file_id
+    assert file_id is not None  # narrowed by position  # noqa: S101
+    active = list(_DIRECTIONS[mode])
+    while active:
+        for direction in tuple(active):
+            edge = draft.run[-1] if direction == "next" else draft.run[0]
+            index = (edge.index or 0) + (1 if direction == "next" else -1)
+            position = (file_id, index)
+            neighbour = chunks.get(position)
+            if index < 0 or neighbour is None or neighbour.version != start.version:
+                if index >= 0 and neighbour is None and position not in fetched:
+                    left = budget - length_function(draft.text)
+                    shortest = min(length_function(c.text) for c in draft.run)
+                    needs.append(Need(position, direction, left // max(1, shortest) + 1))
+                active.remove(direction)
+                continue
+            if direction == "next":
+                overlap, separator = _seam(edge, neighbour)
+                text = draft.text + separator + neighbour.text[overlap:]
+            else:
+                overlap, separator = _seam(neighbour, edge)
+                text = neighbour.text + separator + draft.text[overlap:]
+            if length_function(text) > budget:
+                active.remove(direction)
+                continue
+            if direction == "next":
+                draft.run.append(neighbour)
+            else:
+                draft.run.insert(0, neighbour)
+            draft.text = text
+    return draft
