@@ -119,10 +119,10 @@ class ContextWindowRetriever(BaseRetriever):
     """A ``langchain_chroma.Chroma`` holding chunks from ``WindowSplitter``, or any object that
     implements ``window_retriever.WindowStore``."""
 
-    k: int = 4
+    k: int = Field(default=4, strict=True)
     """How many windows to return."""
 
-    window_budget: int = 1200
+    window_budget: int = Field(default=1200, strict=True)
     """The largest ``length_function`` of one grown window (characters by default). A hit
     longer than this comes back alone, whole; windows that merge may together exceed it."""
 
@@ -140,7 +140,7 @@ class ContextWindowRetriever(BaseRetriever):
     """The measure of text that ``window_budget`` limits: ``len`` for characters, or a token
     counter such as ``default_embeddings().count_tokens``."""
 
-    fetch_k: int | None = None
+    fetch_k: int | None = Field(default=None, strict=True)
     """How many candidates the similarity search returns; default ``4 * k``. More are taken
     automatically when merging leaves fewer than ``k`` windows."""
 

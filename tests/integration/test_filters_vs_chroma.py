@@ -72,22 +72,30 @@ def _leaf() -> st.SearchStrategy[dict[str, Any]]:
             st.sampled_from(["$gt", "$gte", "$lt", "$lte"]),
             numbers,
         ),
-        st.builds(lambda k, op, v: {k: {op: v}}, keys, st.sampled_from(["$in", "$nin"]), same_type_lists),
+        st.builds(
+            lambda k, op, v: {k: {op: v}}, keys, st.sampled_from(["$in", "$nin"]), same_type_lists
+        ),
     )
 
 
 filters = st.recursive(
     _leaf(),
     lambda children: st.builds(
-        lambda op, parts: {op: parts}, st.sampled_from(["$and", "$or"]), st.lists(children, min_size=2, max_size=3)
+        lambda op, parts: {op: parts},
+        st.sampled_from(["$and", "$or"]),
+        st.lists(children, min_size=2, max_size=3),
     ),
     max_leaves=5,
 )
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(where=filters)
-def test_evaluator_selects_exactly_what_chroma_selects(collection: Any, where: dict[str, Any]) -> None:
+def test_evaluator_selects_exactly_what_chroma_selects(
+    collection: Any, where: dict[str, Any]
+) -> None:
     predicate = compile_where(where)
     assert predicate is not None, f"valid filter refused: {where}"
     expected = set(collection.get(where=where, include=[])["ids"])

@@ -1,0 +1,366 @@
+"""ContextWindowRetriever on a real (in-memory) Chroma with fake embeddings: fast, offline."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from langchain_chroma import Chroma
+from langchain_core.documents import Document
+from langchain_core.vectorstores import InMemoryVectorStore
+from langchain_text_splitters import RecursiveCharacterTextSplitter
+
+from tests.conftest import StoreSpy
+from window_retriever import (
+    ConfigurationError,
+    ContextWindowRetriever,
+    MissingWindowMetadataError,
+    WindowSplitter,
+    add_chunks,
+)
+
+
+def sentences(name: str, count: int) -> str:
+    return " ".join(
+        f"{name.title()} sentence {i:02d} says a thing about {name}." for i in range(count)
+    )
+
+
+SOURCES = {name: sentences(name, 30) for name in ("alpha", "beta", "gamma")}
+
+
+def split(
+    documents: list[Document], size: int = 120, overlap: int = 30, **kwargs: Any
+) -> list[Document]:
+    splitter = RecursiveCharacterTextSplitter(
+        chunk_size=size, chunk_overlap=overlap, add_start_index=True
+    )
+    return WindowSplitter(splitter, **kwargs).split_documents(documents)
+
+
+@pytest.fixture
+def corpus(make_store: Callable[..., Chroma]) -> tuple[Chroma, list[Document]]:
+    store = make_store()
+    chunks = split(
+        [Document(page_content=text, metadata={"source": name}) for name, text in SOURCES.items()]
+    )
+    add_chunks(store, chunks)
+    return store, chunks
+
+
+def chunk(chunks: list[Document], source: str, index: int) -> Document:
+    return next(
+        c for c in chunks if c.metadata["source"] == source and c.metadata["chunk_index"] == index
+    )
+
+
+def test_a_hit_grows_into_the_exact_source_span_with_provenance(
+    corpus: tuple[Chroma, list[Document]],
+) -> None:
+    store, chunks = corpus
+    target = chunk(chunks, "beta", 6)
+    retriever = ContextWindowRetriever(vectorstore=store, k=2, window_budget=400)
+    docs = retriever.invoke(target.page_content)
+    assert len(docs) == 2
+    best = docs[0]
+    meta = best.metadata
+    assert meta["hit_chunk_ids"][0] == target.metadata["chunk_id"]
+    assert meta["source"] == "beta" and meta["file_id"] == target.metadata["file_id"]
+    assert target.metadata["chunk_id"] in meta["chunk_ids"]
+    assert len(meta["chunk_ids"]) > 1 and len(best.page_content) <= 400
+    assert best.page_content == SOURCES["beta"][meta["start_index"] : meta["end_index"]]
+    assert meta["score"] == min(meta["hit_scores"]) == pytest.approx(0.0, abs=1e-6)
+    assert docs[0].metadata["score"] <= docs[1].metadata["score"]
+    assert "chunk_index" not in meta and "chunk_id" not in meta
+
+
+def test_one_search_and_one_batched_fetch_per_query(
+    corpus: tuple[Chroma, list[Document]], spy_on: Callable[[Chroma], StoreSpy]
+) -> None:
+    store, chunks = corpus
+    spy = spy_on(store)
+    retriever = ContextWindowRetriever(vectorstore=store, k=4, window_budget=600)
+    for source, index in [("alpha", 0), ("beta", 10), ("gamma", 12)]:
+        spy.reset()
+        docs = retriever.invoke(chunk(chunks, source, index).page_content)
+        assert len(docs) == 4
+        assert spy.calls == {"query": 1, "get": 1}
+        ((_, fetch),) = [entry for entry in spy.log if entry[0] == "get"]
+        assert fetch["where"] is None  # the fast path: ids only, filter applied in Python
+        assert len(fetch["ids"]) <= 4 * (2 * 6 + 1)  # sized from the budget, not the file
+
+
+def test_no_fetch_when_no_window_can_grow(
+    corpus: tuple[Chroma, list[Document]], spy_on: Callable[[Chroma], StoreSpy]
+) -> None:
+    store, chunks = corpus
+    spy = spy_on(store)
+    docs = ContextWindowRetriever(vectorstore=store, k=3, window_budget=10).invoke("alpha")
+    assert len(docs) == 3
+    assert all(len(d.metadata["chunk_ids"]) == 1 for d in docs)
+    assert spy.calls == {"query": 1}
+
+
+def test_short_neighbours_cost_one_more_fetch_and_the_window_still_fills(
+    make_store: Callable[..., Chroma], spy_on: Callable[[Chroma], StoreSpy]
+) -> None:
+    # One long chunk among many short ones: the plan (sized from the long hit) falls short.
+    # (distinct short chunks: many identical vectors make Chroma's HNSW index unreliable)
+    words = [f"w{i:03d}." for i in range(80)]
+    text = " ".join(words[:40]) + " " + "L" * 300 + " " + " ".join(words[40:])
+    store = make_store()
+    chunks = WindowSplitter(
+        RecursiveCharacterTextSplitter(chunk_size=6, chunk_overlap=0, separators=[" "])
+    ).split_documents([Document(page_content=text, metadata={"source": "s"})])
+    long_hit = next(c for c in chunks if "LLL" in c.page_content)
+    add_chunks(store, chunks)
+    spy = spy_on(store)
+    docs = ContextWindowRetriever(vectorstore=store, k=1, window_budget=450, fetch_k=1).invoke(
+        long_hit.page_content
+    )
+    assert spy.calls == {"query": 1, "get": 2}
+    (doc,) = docs
+    assert 440 <= len(doc.page_content) <= 450  # grew until the next short chunk did not fit
+    assert doc.page_content == text[doc.metadata["start_index"] : doc.metadata["end_index"]]
+
+
+def test_adjacent_hits_merge_into_one_document_with_the_best_score(
+    corpus: tuple[Chroma, list[Document]],
+) -> None:
+    store, chunks = corpus
+    retriever = ContextWindowRetriever(vectorstore=store, k=1, window_budget=300, fetch_k=8)
+    # the query equals chunk 5; chunk 5 and its neighbours share most words, so several
+    # nearby hits land in the same window
+    docs = retriever.invoke(chunk(chunks, "gamma", 5).page_content)
+    (doc,) = docs
+    assert doc.metadata["score"] == min(doc.metadata["hit_scores"])
+    text = SOURCES["gamma"]
+    assert doc.page_content == text[doc.metadata["start_index"] : doc.metadata["end_index"]]
+
+
+def test_k_windows_even_when_candidates_merge(
+    make_store: Callable[..., Chroma], spy_on: Callable[[Chroma], StoreSpy]
+) -> None:
+    store = make_store()
+    documents = [Document(page_content=SOURCES["alpha"], metadata={"source": "alpha"})]
+    documents += [
+        Document(page_content=f"Note {i} on nothing.", metadata={"source": f"n{i}"})
+        for i in range(2)
+    ]
+    chunks = split(documents)
+    add_chunks(store, chunks)
+    spy = spy_on(store)
+    # fetch_k == k and a budget that holds all of alpha: the first candidates (alpha's, as
+    # alpha has most chunks) merge into one window, so the search must widen to find k = 3
+    docs = ContextWindowRetriever(vectorstore=store, k=3, window_budget=5000, fetch_k=3).invoke(
+        chunk(chunks, "alpha", 3).page_content
+    )
+    assert len(docs) == 3
+    assert len({d.metadata["file_id"] for d in docs}) == 3
+    assert spy.calls["query"] >= 2
+
+
+def test_fewer_documents_only_when_the_store_has_fewer(make_store: Callable[..., Chroma]) -> None:
+    store = make_store()
+    add_chunks(
+        store, split([Document(page_content="Just one short text.", metadata={"source": "x"})])
+    )
+    assert len(ContextWindowRetriever(vectorstore=store, k=4).invoke("short")) == 1
+
+
+@pytest.mark.parametrize(("mode", "side"), [("next", "after"), ("prev", "before")])
+def test_one_sided_modes(corpus: tuple[Chroma, list[Document]], mode: str, side: str) -> None:
+    store, chunks = corpus
+    target = chunk(chunks, "alpha", 10)
+    doc = ContextWindowRetriever(vectorstore=store, k=1, window_budget=500, mode=mode).invoke(
+        target.page_content
+    )[0]
+    ids = doc.metadata["chunk_ids"]
+    assert len(ids) > 1
+    assert (ids[0] if side == "after" else ids[-1]) == target.metadata["chunk_id"]
+
+
+# ---- security: what the filter hides never comes back through expansion ------------------
+
+
+def test_a_hidden_chunk_never_appears_and_is_never_joined_across(
+    make_store: Callable[..., Chroma],
+) -> None:
+    store = make_store()
+    chunks = split([Document(page_content=SOURCES["alpha"], metadata={"source": "alpha"})])
+    for c in chunks:
+        c.metadata["level"] = "secret" if c.metadata["chunk_index"] == 6 else "public"
+    add_chunks(store, chunks)
+    secret = chunk(chunks, "alpha", 6)
+    retriever = ContextWindowRetriever(
+        vectorstore=store, k=3, window_budget=2000, filter={"level": {"$ne": "secret"}}
+    )
+    docs = retriever.invoke(chunk(chunks, "alpha", 5).page_content)
+    for doc in docs:
+        assert secret.metadata["chunk_id"] not in doc.metadata["chunk_ids"]
+        indexes = [int(i.rsplit(":", 1)[1]) for i in doc.metadata["chunk_ids"]]
+        assert not (min(indexes) < 6 < max(indexes))
+    # what is behind the hidden chunk (7, 8, ...) is a window of its own, not joined to 5
+    unique_to_secret = SOURCES["alpha"][
+        secret.metadata["start_index"] + 30 : secret.metadata["start_index"] + 60
+    ]
+    assert all(unique_to_secret not in doc.page_content for doc in docs)
+
+
+def test_tenants_never_see_each_other(make_store: Callable[..., Chroma]) -> None:
+    store = make_store()
+    text = SOURCES["beta"]
+    documents = [
+        Document(page_content=text, metadata={"source": "shared.txt", "tenant": "a"}),
+        Document(
+            page_content=text.replace("thing", "SECRET"),
+            metadata={"source": "shared.txt", "tenant": "b"},
+        ),
+    ]
+    chunks = split(documents, file_id_keys=("tenant", "source"))
+    add_chunks(store, chunks)
+    retriever = ContextWindowRetriever(
+        vectorstore=store, k=4, window_budget=800, filter={"tenant": "a"}
+    )
+    # ask with tenant b's own words: the search must still only see tenant a
+    docs = retriever.invoke(next(c for c in chunks if c.metadata["tenant"] == "b").page_content)
+    assert docs and all(
+        d.metadata["tenant"] == "a" and "SECRET" not in d.page_content for d in docs
+    )
+
+
+def test_each_chunks_own_access_metadata_is_respected(make_store: Callable[..., Chroma]) -> None:
+    store = make_store()
+    chunks = split([Document(page_content=SOURCES["gamma"], metadata={"source": "gamma"})])
+    for c in chunks:  # alternate access levels inside one file
+        c.metadata["access"] = c.metadata["chunk_index"] % 2
+    add_chunks(store, chunks)
+    retriever = ContextWindowRetriever(
+        vectorstore=store, k=4, window_budget=3000, filter={"access": 0}
+    )
+    docs = retriever.invoke(chunk(chunks, "gamma", 4).page_content)
+    assert len(docs) == 4
+    for doc in docs:  # every neighbour is hidden, so every window is its hit alone
+        assert len(doc.metadata["chunk_ids"]) == 1
+        assert int(doc.metadata["chunk_ids"][0].rsplit(":", 1)[1]) % 2 == 0
+
+
+def test_a_filter_the_evaluator_cannot_decide_goes_to_the_store(
+    make_store: Callable[..., Chroma], spy_on: Callable[[Chroma], StoreSpy]
+) -> None:
+    store = make_store()
+    chunks = split([Document(page_content=SOURCES["alpha"], metadata={"source": "alpha"})])
+    for c in chunks:
+        c.metadata["groups"] = ["staff"] if c.metadata["chunk_index"] != 6 else ["board"]
+    add_chunks(store, chunks)
+    spy = spy_on(store)
+    where = {"groups": {"$contains": "staff"}}
+    docs = ContextWindowRetriever(vectorstore=store, k=2, window_budget=2000, filter=where).invoke(
+        chunk(chunks, "alpha", 5).page_content
+    )
+    assert all(
+        chunk(chunks, "alpha", 6).metadata["chunk_id"] not in d.metadata["chunk_ids"] for d in docs
+    )
+    fetches = [kwargs for name, kwargs in spy.log if name == "get"]
+    assert fetches and all(kwargs["where"] == where for kwargs in fetches)
+
+
+def test_where_document_applies_to_neighbours(make_store: Callable[..., Chroma]) -> None:
+    store = make_store()
+    add_chunks(store, split([Document(page_content=SOURCES["alpha"], metadata={"source": "a"})]))
+    docs = ContextWindowRetriever(
+        vectorstore=store, k=2, window_budget=2000, where_document={"$contains": "sentence 1"}
+    ).invoke("alpha sentence 12")
+    assert docs
+    for doc in docs:  # only chunks that contain "sentence 1" may take part
+        assert "sentence 1" in doc.page_content
+
+
+# ---- chunks without window metadata --------------------------------------------------------
+
+
+def test_a_hit_without_window_metadata_is_returned_as_is_with_a_warning(
+    make_store: Callable[..., Chroma], caplog: pytest.LogCaptureFixture
+) -> None:
+    store = make_store()
+    store.add_texts(["a loose note about alpha"], metadatas=[{"source": "note"}], ids=["note-1"])
+    retriever = ContextWindowRetriever(vectorstore=store, k=1)
+    with caplog.at_level(logging.WARNING, logger="window_retriever"):
+        (doc,) = retriever.invoke("a loose note about alpha")
+    assert doc.page_content == "a loose note about alpha"
+    assert doc.metadata["source"] == "note" and doc.metadata["chunk_ids"] == ["note-1"]
+    assert "no integer 'chunk_index'" in caplog.text
+    with pytest.raises(MissingWindowMetadataError, match="note-1"):
+        ContextWindowRetriever(vectorstore=store, k=1, strict=True).invoke("a loose note")
+
+
+def test_chunks_stored_under_other_ids_say_how_to_fix_it(
+    make_store: Callable[..., Chroma], caplog: pytest.LogCaptureFixture
+) -> None:
+    store = make_store()
+    chunks = split([Document(page_content=SOURCES["alpha"], metadata={"source": "a"})])
+    # added without ids: Chroma gives them random uuids, so neighbours cannot be computed
+    store.add_texts([c.page_content for c in chunks], metadatas=[c.metadata for c in chunks])
+    with caplog.at_level(logging.WARNING, logger="window_retriever"):
+        docs = ContextWindowRetriever(vectorstore=store, k=2).invoke("alpha")
+    assert len(docs) == 2
+    assert "not stored under its chunk_id" in caplog.text and "add_chunks" in caplog.text
+
+
+# ---- sync and async, overrides, batch ------------------------------------------------------
+
+
+async def test_async_gives_the_same_windows_as_sync(corpus: tuple[Chroma, list[Document]]) -> None:
+    store, chunks = corpus
+    retriever = ContextWindowRetriever(vectorstore=store, k=3, window_budget=500)
+    for c in chunks[::7]:
+        sync = retriever.invoke(c.page_content)
+        assert await retriever.ainvoke(c.page_content) == sync
+
+
+def test_invoke_overrides_and_batch(corpus: tuple[Chroma, list[Document]]) -> None:
+    store, chunks = corpus
+    retriever = ContextWindowRetriever(vectorstore=store, k=3)
+    assert len(retriever.invoke("alpha", k=1)) == 1
+    only_beta = retriever.invoke("alpha", filter={"source": "beta"})
+    assert {d.metadata["source"] for d in only_beta} == {"beta"}
+    assert [len(r) for r in retriever.batch(["alpha", "beta"])] == [3, 3]
+    with pytest.raises(ConfigurationError, match="unknown argument.*'top_k'"):
+        retriever.invoke("alpha", top_k=2)
+    with pytest.raises(ConfigurationError, match="k .*must be a positive integer, got 0"):
+        retriever.invoke("alpha", k=0)
+
+
+# ---- construction ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        ({"k": 0}, r"k \(the number of windows to return\) must be a positive integer, got 0"),
+        ({"window_budget": 0}, r"window_budget .* must be a positive integer, got 0"),
+        ({"fetch_k": 2, "k": 4}, r"fetch_k must be at least k \(4\), got 2"),
+        ({"mode": "around"}, r"argument 'mode': Input should be 'both', 'next' or 'prev'"),
+        ({"filter": "tenant=a"}, r"argument 'filter'"),
+        ({"length_function": 3}, r"argument 'length_function'"),
+        ({"k": True}, r"argument 'k': Input should be a valid integer"),
+    ],
+)
+def test_bad_arguments_raise_at_construction(
+    corpus: tuple[Chroma, list[Document]], arguments: dict[str, Any], message: str
+) -> None:
+    store, _ = corpus
+    with pytest.raises(ValueError, match=message) as caught:
+        ContextWindowRetriever(vectorstore=store, **arguments)
+    assert isinstance(caught.value, ConfigurationError)
+
+
+def test_an_unsupported_store_is_named() -> None:
+    from langchain_core.embeddings import DeterministicFakeEmbedding
+
+    with pytest.raises(
+        ConfigurationError, match="langchain_chroma.Chroma .*got InMemoryVectorStore"
+    ):
+        ContextWindowRetriever(vectorstore=InMemoryVectorStore(DeterministicFakeEmbedding(size=8)))
