@@ -67,13 +67,16 @@ def test_a_hit_grows_into_the_exact_source_span_with_provenance(
     best = docs[0]
     meta = best.metadata
     assert meta["hit_chunk_ids"][0] == target.metadata["chunk_id"]
-    assert meta["source"] == "beta" and meta["file_id"] == target.metadata["file_id"]
+    assert meta["source"] == "beta"
+    assert meta["file_id"] == target.metadata["file_id"]
     assert target.metadata["chunk_id"] in meta["chunk_ids"]
-    assert len(meta["chunk_ids"]) > 1 and len(best.page_content) <= 400
+    assert len(meta["chunk_ids"]) > 1
+    assert len(best.page_content) <= 400
     assert best.page_content == SOURCES["beta"][meta["start_index"] : meta["end_index"]]
     assert meta["score"] == min(meta["hit_scores"]) == pytest.approx(0.0, abs=1e-6)
     assert docs[0].metadata["score"] <= docs[1].metadata["score"]
-    assert "chunk_index" not in meta and "chunk_id" not in meta
+    assert "chunk_index" not in meta
+    assert "chunk_id" not in meta
 
 
 def test_one_search_and_one_batched_fetch_per_query(
@@ -95,7 +98,7 @@ def test_one_search_and_one_batched_fetch_per_query(
 def test_no_fetch_when_no_window_can_grow(
     corpus: tuple[Chroma, list[Document]], spy_on: Callable[[Chroma], StoreSpy]
 ) -> None:
-    store, chunks = corpus
+    store, _chunks = corpus
     spy = spy_on(store)
     docs = ContextWindowRetriever(vectorstore=store, k=3, window_budget=10).invoke("alpha")
     assert len(docs) == 3
@@ -226,9 +229,8 @@ def test_tenants_never_see_each_other(make_store: Callable[..., Chroma]) -> None
     )
     # ask with tenant b's own words: the search must still only see tenant a
     docs = retriever.invoke(next(c for c in chunks if c.metadata["tenant"] == "b").page_content)
-    assert docs and all(
-        d.metadata["tenant"] == "a" and "SECRET" not in d.page_content for d in docs
-    )
+    assert docs
+    assert all(d.metadata["tenant"] == "a" and "SECRET" not in d.page_content for d in docs)
 
 
 def test_each_chunks_own_access_metadata_is_respected(make_store: Callable[..., Chroma]) -> None:
@@ -264,7 +266,8 @@ def test_a_filter_the_evaluator_cannot_decide_goes_to_the_store(
         chunk(chunks, "alpha", 6).metadata["chunk_id"] not in d.metadata["chunk_ids"] for d in docs
     )
     fetches = [kwargs for name, kwargs in spy.log if name == "get"]
-    assert fetches and all(kwargs["where"] == where for kwargs in fetches)
+    assert fetches
+    assert all(kwargs["where"] == where for kwargs in fetches)
 
 
 def test_where_document_applies_to_neighbours(make_store: Callable[..., Chroma]) -> None:
@@ -290,7 +293,8 @@ def test_a_hit_without_window_metadata_is_returned_as_is_with_a_warning(
     with caplog.at_level(logging.WARNING, logger="window_retriever"):
         (doc,) = retriever.invoke("a loose note about alpha")
     assert doc.page_content == "a loose note about alpha"
-    assert doc.metadata["source"] == "note" and doc.metadata["chunk_ids"] == ["note-1"]
+    assert doc.metadata["source"] == "note"
+    assert doc.metadata["chunk_ids"] == ["note-1"]
     assert "no integer 'chunk_index'" in caplog.text
     with pytest.raises(MissingWindowMetadataError, match="note-1"):
         ContextWindowRetriever(vectorstore=store, k=1, strict=True).invoke("a loose note")
@@ -306,7 +310,8 @@ def test_chunks_stored_under_other_ids_say_how_to_fix_it(
     with caplog.at_level(logging.WARNING, logger="window_retriever"):
         docs = ContextWindowRetriever(vectorstore=store, k=2).invoke("alpha")
     assert len(docs) == 2
-    assert "not stored under its chunk_id" in caplog.text and "add_chunks" in caplog.text
+    assert "not stored under its chunk_id" in caplog.text
+    assert "add_chunks" in caplog.text
 
 
 # ---- sync and async, overrides, batch ------------------------------------------------------
@@ -321,15 +326,15 @@ async def test_async_gives_the_same_windows_as_sync(corpus: tuple[Chroma, list[D
 
 
 def test_invoke_overrides_and_batch(corpus: tuple[Chroma, list[Document]]) -> None:
-    store, chunks = corpus
+    store, _chunks = corpus
     retriever = ContextWindowRetriever(vectorstore=store, k=3)
     assert len(retriever.invoke("alpha", k=1)) == 1
     only_beta = retriever.invoke("alpha", filter={"source": "beta"})
     assert {d.metadata["source"] for d in only_beta} == {"beta"}
     assert [len(r) for r in retriever.batch(["alpha", "beta"])] == [3, 3]
-    with pytest.raises(ConfigurationError, match="unknown argument.*'top_k'"):
+    with pytest.raises(ConfigurationError, match=r"unknown argument.*'top_k'"):
         retriever.invoke("alpha", top_k=2)
-    with pytest.raises(ConfigurationError, match="k .*must be a positive integer, got 0"):
+    with pytest.raises(ConfigurationError, match=r"k .*must be a positive integer, got 0"):
         retriever.invoke("alpha", k=0)
 
 
@@ -361,6 +366,6 @@ def test_an_unsupported_store_is_named() -> None:
     from langchain_core.embeddings import DeterministicFakeEmbedding
 
     with pytest.raises(
-        ConfigurationError, match="langchain_chroma.Chroma .*got InMemoryVectorStore"
+        ConfigurationError, match=r"langchain_chroma.Chroma .*got InMemoryVectorStore"
     ):
         ContextWindowRetriever(vectorstore=InMemoryVectorStore(DeterministicFakeEmbedding(size=8)))

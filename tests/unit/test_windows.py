@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import string
 from collections.abc import Sequence
 
@@ -27,7 +28,7 @@ def make_file(
     predecessor by up to ``overlap`` characters (no gaps), so every window's text must equal
     the source between the window's start and end."""
     starts = [0]
-    for previous, size in zip(sizes, sizes[1:], strict=False):
+    for previous, size in itertools.pairwise(sizes):
         shared = min(overlap, previous - 1, size - 1)
         starts.append(starts[-1] + previous - max(0, shared))
     end = max(start + size for start, size in zip(starts, sizes, strict=True))
@@ -218,7 +219,8 @@ def test_growth_into_an_unfetched_position_reports_a_need() -> None:
         (("f", 7), "prev"),
     }
     wanted = plan_needs(assembly.needs)
-    assert ("f", 13) in wanted and ("f", 7) in wanted
+    assert ("f", 13) in wanted
+    assert ("f", 7) in wanted
     # fetch them, and the window completes
     assembly = assemble(
         [Hit(chunks[10], 0.1)],
@@ -229,7 +231,8 @@ def test_growth_into_an_unfetched_position_reports_a_need() -> None:
         mode="both",
         length_function=len,
     )
-    assert assembly.complete and len(assembly.windows[0].chunks) == 9
+    assert assembly.complete
+    assert len(assembly.windows[0].chunks) == 9
 
 
 def test_plan_is_sized_from_the_budget() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import random
 from dataclasses import dataclass
 
@@ -134,7 +135,7 @@ def test_windows_of_one_file_neither_overlap_nor_touch(case: Case) -> None:
     spans = sorted(
         (w.chunks[0].file_id, w.chunks[0].index, w.chunks[-1].index) for w in windows_of(case)
     )
-    for (f1, _, hi1), (f2, lo2, _) in zip(spans, spans[1:], strict=False):
+    for (f1, _, hi1), (f2, lo2, _) in itertools.pairwise(spans):
         if f1 == f2:
             assert lo2 > hi1 + 1  # type: ignore[operator]
 

@@ -1,0 +1,53 @@
+"""The real stack: the example pages, the packaged embedding model and a Chroma store on disk."""
+
+from __future__ import annotations
+
+import re
+import tempfile
+from functools import lru_cache
+from pathlib import Path
+
+import pytest
+from bs4 import BeautifulSoup
+from langchain_chroma import Chroma
+from langchain_core.documents import Document
+
+from window_retriever import WindowSplitter, add_chunks, default_embeddings
+
+PAGES = Path(__file__).parents[2] / "examples" / "pages"
+
+
+def load_page(path: Path) -> Document:
+    soup = BeautifulSoup(path.read_text(encoding="utf-8"), "html.parser")
+    body = soup.select_one("div.body") or soup
+    text = re.sub(r"\n\s*\n+", "\n\n", body.get_text()).strip()
+    return Document(page_content=text, metadata={"source": path.name})
+
+
+def example_store() -> tuple[Chroma, tuple[Document, ...], dict[str, str]]:
+    return _example_store()[:3]  # type: ignore[return-value]
+
+
+def example_store_directory() -> str:
+    return _example_store()[3]
+
+
+@lru_cache(maxsize=1)
+def _example_store() -> tuple[Chroma, tuple[Document, ...], dict[str, str], str]:
+    """One persistent store of the example pages per test session (embedding takes seconds)."""
+    directory = tempfile.mkdtemp(prefix="window-retriever-it-")
+    documents = [load_page(path) for path in sorted(PAGES.glob("*.html"))]
+    chunks = WindowSplitter().split_documents(documents)
+    store = Chroma(
+        collection_name="pages",
+        embedding_function=default_embeddings(),
+        persist_directory=directory,
+    )
+    add_chunks(store, chunks)
+    texts = {d.metadata["source"]: d.page_content for d in documents}
+    return store, tuple(chunks), texts, directory
+
+
+@pytest.fixture
+def pages() -> tuple[Chroma, tuple[Document, ...], dict[str, str]]:
+    return example_store()

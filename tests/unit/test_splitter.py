@@ -1,0 +1,224 @@
+"""WindowSplitter and add_chunks: the metadata windows depend on, and safe writes."""
+
+from __future__ import annotations
+
+import datetime
+import tomllib
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from langchain_chroma import Chroma
+from langchain_core.documents import Document
+from langchain_text_splitters import CharacterTextSplitter, RecursiveCharacterTextSplitter
+
+import window_retriever
+from window_retriever import ConfigurationError, WindowSplitter, add_chunks
+
+TEXT = "\n\n".join(
+    f"Paragraph {p}. " + " ".join(f"Sentence {p}.{s} is here." for s in range(6)) for p in range(8)
+)
+
+
+def test_every_chunk_is_stamped_with_its_position() -> None:
+    doc = Document(page_content=TEXT, metadata={"source": "notes.txt"})
+    chunks = WindowSplitter().split_documents([doc])
+    assert len(chunks) > 3
+    file_ids = {c.metadata["file_id"] for c in chunks}
+    assert len(file_ids) == 1
+    for index, chunk in enumerate(chunks):
+        meta = chunk.metadata
+        assert meta["chunk_index"] == index
+        assert meta["chunk_id"] == chunk.id == f"{meta['file_id']}:{index}"
+        assert (
+            TEXT[meta["start_index"] : meta["start_index"] + len(chunk.page_content)]
+            == chunk.page_content
+        )
+        assert meta["source"] == "notes.txt"
+        assert isinstance(meta["file_version"], str)
+
+
+def test_ids_are_deterministic_and_follow_the_source() -> None:
+    doc = Document(page_content=TEXT, metadata={"source": "a.txt"})
+    first = WindowSplitter().split_documents([doc])
+    again = WindowSplitter().split_documents(
+        [Document(page_content=TEXT, metadata={"source": "a.txt"})]
+    )
+    other = WindowSplitter().split_documents(
+        [Document(page_content=TEXT, metadata={"source": "b.txt"})]
+    )
+    assert [c.id for c in first] == [c.id for c in again]
+    assert not {c.id for c in first} & {c.id for c in other}
+    changed = WindowSplitter().split_documents(
+        [Document(page_content=TEXT + " More.", metadata={"source": "a.txt"})]
+    )
+    assert changed[0].metadata["file_id"] == first[0].metadata["file_id"]
+    assert changed[0].metadata["file_version"] != first[0].metadata["file_version"]
+
+
+def test_file_id_can_be_namespaced_or_explicit() -> None:
+    docs = [
+        Document(page_content=TEXT, metadata={"source": "s", "tenant": "a"}),
+        Document(page_content=TEXT, metadata={"source": "s", "tenant": "b"}),
+    ]
+    chunks = WindowSplitter(file_id_keys=("tenant", "source")).split_documents(docs)
+    assert len({c.metadata["file_id"] for c in chunks}) == 2
+    explicit = WindowSplitter().split_documents(
+        [Document(page_content=TEXT, metadata={"file_id": "kb/42"})]
+    )
+    assert explicit[0].id == "kb/42:0"
+
+
+def test_same_file_id_twice_is_refused_with_the_fix() -> None:
+    docs = [
+        Document(page_content="page one", metadata={"source": "book.pdf", "page": 1}),
+        Document(page_content="page two", metadata={"source": "book.pdf", "page": 2}),
+    ]
+    with pytest.raises(
+        ConfigurationError, match=r"documents 0 and 1 have the same file_id .*'page'"
+    ):
+        WindowSplitter().split_documents(docs)
+    chunks = WindowSplitter(file_id_keys=("source", "page")).split_documents(docs)
+    assert len({c.metadata["file_id"] for c in chunks}) == 2
+
+
+def test_a_document_without_source_is_refused_with_the_fix() -> None:
+    with pytest.raises(
+        ConfigurationError,
+        match=r"document 0 has no metadata\['file_id'\].*set metadata\['source'\]",
+    ):
+        WindowSplitter().split_documents([Document(page_content="anonymous")])
+
+
+@pytest.mark.parametrize("bad", [None, "not a splitter"])
+def test_bad_splitter_or_keys_are_refused(bad: object) -> None:
+    if bad is None:
+        with pytest.raises(ConfigurationError, match="file_id_keys must be a non-empty sequence"):
+            WindowSplitter(file_id_keys=())
+    else:
+        with pytest.raises(
+            ConfigurationError,
+            match=r"splitter must be a langchain_text_splitters.TextSplitter, got str",
+        ):
+            WindowSplitter(bad)  # type: ignore[arg-type]
+
+
+def test_start_index_without_the_splitters_own() -> None:
+    splitter = CharacterTextSplitter(separator=" ", chunk_size=60, chunk_overlap=15)
+    chunks = WindowSplitter(splitter).split_documents(
+        [Document(page_content=TEXT, metadata={"source": "x"})]
+    )
+    for chunk in chunks:
+        start = chunk.metadata["start_index"]
+        assert TEXT[start : start + len(chunk.page_content)] == chunk.page_content
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    words=st.lists(
+        st.sampled_from(["a", "bb", "ccc", "the", "cat", "\n\n", "."]), min_size=1, max_size=200
+    ),
+    size=st.integers(5, 60),
+    overlap=st.integers(0, 4),
+)
+def test_start_index_is_right_even_for_repetitive_text(
+    words: list[str], size: int, overlap: int
+) -> None:
+    text = " ".join(words)
+    splitter = RecursiveCharacterTextSplitter(chunk_size=size, chunk_overlap=overlap)
+    chunks = WindowSplitter(splitter).split_documents(
+        [Document(page_content=text, metadata={"source": "r"})]
+    )
+    previous = -1
+    for chunk in chunks:
+        start = chunk.metadata["start_index"]
+        assert text[start : start + len(chunk.page_content)] == chunk.page_content
+        assert start > previous
+        previous = start
+
+
+def test_metadata_is_made_storable() -> None:
+    when = datetime.date(2026, 11, 30)
+    doc = Document(
+        page_content="text",
+        metadata={
+            "source": "m",
+            "none": None,
+            "tags": ["a", "b"],
+            "mixed": [1, "a"],
+            "empty": [],
+            "nested": {"x": [1, 2]},
+            "when": when,
+            "flag": True,
+        },
+    )
+    meta = WindowSplitter().split_documents([doc])[0].metadata
+    assert "none" not in meta
+    assert meta["tags"] == ["a", "b"] and meta["flag"] is True
+    assert (
+        meta["mixed"] == '[1, "a"]' and meta["empty"] == "[]" and meta["nested"] == '{"x": [1, 2]}'
+    )
+    assert meta["when"] == "2026-11-30"
+
+
+def test_storable_metadata_really_stores(make_store: Callable[..., Chroma]) -> None:
+    doc = Document(
+        page_content="text",
+        metadata={"source": "m", "none": None, "d": {"a": 1}, "l": [1, "x"], "e": []},
+    )
+    store = make_store()
+    add_chunks(store, WindowSplitter().split_documents([doc]))
+    assert store.get()["metadatas"][0]["d"] == '{"a": 1}'
+
+
+def test_reingesting_upserts_instead_of_duplicating(make_store: Callable[..., Chroma]) -> None:
+    store = make_store()
+    docs = [Document(page_content=TEXT, metadata={"source": "a.txt"})]
+    first = add_chunks(store, WindowSplitter().split_documents(docs))
+    second = add_chunks(store, WindowSplitter().split_documents(docs))
+    assert first == second
+    assert len(store.get()["ids"]) == len(first)
+
+
+def test_add_chunks_batches(
+    make_store: Callable[..., Chroma], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = make_store()
+    sizes: list[int] = []
+    original = store.add_documents
+    monkeypatch.setattr(
+        store, "add_documents", lambda docs, **kw: sizes.append(len(docs)) or original(docs, **kw)
+    )
+    chunks = WindowSplitter(
+        RecursiveCharacterTextSplitter(chunk_size=40, chunk_overlap=0)
+    ).split_documents([Document(page_content=TEXT, metadata={"source": "a"})])
+    add_chunks(store, chunks, batch_size=7)
+    assert sizes[:-1] == [7] * (len(sizes) - 1) and sum(sizes) == len(chunks)
+    assert len(store.get()["ids"]) == len(chunks)
+
+
+def test_add_chunks_refuses_unstamped_chunks_and_writes_nothing(
+    make_store: Callable[..., Chroma],
+) -> None:
+    store = make_store()
+    good = WindowSplitter().split_documents([Document(page_content=TEXT, metadata={"source": "a"})])
+    with pytest.raises(
+        ConfigurationError,
+        match=r"chunk 1 has no metadata\['chunk_id'\]; split documents with WindowSplitter",
+    ):
+        add_chunks(store, [good[0], Document(page_content="raw")])
+    with pytest.raises(ConfigurationError, match="chunk 1 repeats chunk_id"):
+        add_chunks(store, [good[0], good[0]])
+    assert store.get()["ids"] == []
+
+
+def test_public_api_is_explicit_and_sorted() -> None:
+    assert window_retriever.__all__ == sorted(window_retriever.__all__)
+    for name in window_retriever.__all__:
+        assert hasattr(window_retriever, name), name
+    public = {n for n in dir(window_retriever) if not n.startswith("_")}
+    assert public <= set(window_retriever.__all__)
+    pyproject = tomllib.loads((Path(__file__).parents[2] / "pyproject.toml").read_text())
+    assert window_retriever.__version__ == pyproject["project"]["version"]
