@@ -1,0 +1,38 @@
+# Two commands for a fresh clone: `make demo` and `make test`. Both set up .venv first.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+
+.PHONY: demo test lint typecheck unit integration bench clean
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[dev]'
+	touch $@
+
+## demo: ingest the bundled example pages offline and print windows for a question
+demo: $(VENV)/.installed
+	$(PY) examples/demo.py
+
+## test: lint, type-check and run the whole test suite (what CI runs)
+test: lint typecheck
+	$(PY) -m pytest
+
+lint: $(VENV)/.installed
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+typecheck: $(VENV)/.installed
+	$(VENV)/bin/mypy
+
+## unit: the fast offline unit tests only
+unit: $(VENV)/.installed
+	$(PY) -m pytest tests/unit
+
+## bench: latency of windowed against plain retrieval on one store (ratios)
+bench: $(VENV)/.installed
+	$(PY) benchmarks/latency.py
+
+clean:
+	rm -rf $(VENV) demo-db .pytest_cache .mypy_cache .ruff_cache .hypothesis
