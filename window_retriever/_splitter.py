@@ -170,7 +170,7 @@ def _start_indexes(text: str, pieces: Sequence[str], overlap: int) -> list[int]:
         found = text.find(piece, cursor)
         starts.append(found)
         if found != -1:
-            cursor = max(found + 1, found + len(piece) - overlap)
+            cursor = max(found, found + len(piece) - overlap)
     return starts
 
 
