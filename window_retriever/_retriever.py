@@ -141,8 +141,9 @@ class ContextWindowRetriever(BaseRetriever):
     counter such as ``default_embeddings().count_tokens``."""
 
     fetch_k: int | None = Field(default=None, strict=True)
-    """How many candidates the similarity search returns; default ``max(2 * k, k + 4)``. More
-    are taken automatically when merging leaves fewer than ``k`` windows."""
+    """How many candidates the similarity search returns; default ``4 * k``. More are taken
+    automatically when merging leaves fewer than ``k`` windows (each time at the cost of
+    another search and fetch: on real pages, nearby chunks often hit together)."""
 
     strict: bool = False
     """Raise ``MissingWindowMetadataError`` for a hit without window metadata, instead of
@@ -248,7 +249,7 @@ class ContextWindowRetriever(BaseRetriever):
         )
         fetch_k = values["fetch_k"]
         if fetch_k is None:
-            fetch_k = max(2 * k, k + 4)
+            fetch_k = 4 * k
         elif _positive_int("fetch_k", fetch_k, "the number of search candidates") < k:
             msg = f"fetch_k must be at least k ({k}), got {fetch_k}; raise fetch_k or omit it"
             raise ConfigurationError(msg)
