@@ -13,7 +13,7 @@ $(VENV)/.installed: pyproject.toml
 
 ## demo: ingest the bundled example pages offline and print windows for a question
 demo: $(VENV)/.installed
-	$(PY) examples/demo.py
+	$(VENV)/bin/window-retriever demo
 
 ## test: lint, type-check and run the whole test suite (what CI runs)
 test: lint typecheck

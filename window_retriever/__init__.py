@@ -15,8 +15,7 @@ from window_retriever._ingest import add_chunks
 from window_retriever._retriever import ContextWindowRetriever
 from window_retriever._splitter import WindowSplitter
 from window_retriever._stores import ChromaWindowStore, Fetch, Search, WindowStore
-
-__version__ = "0.1.0"
+from window_retriever._version import __version__
 
 __all__ = [
     "ChromaWindowStore",

@@ -1,14 +1,15 @@
-"""Writing chunks to a store: under their own ids, in batches the store accepts."""
+"""Writing chunks to a store: under their own ids, in batches, replacing old versions safely."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Literal
 
 from langchain_core.documents import Document
 
 from window_retriever._errors import ConfigurationError
-from window_retriever._ids import CHUNK_ID
+from window_retriever._ids import CHUNK_ID, FILE_ID, FILE_VERSION
 
 _FALLBACK_BATCH_SIZE = 5000
 
@@ -66,3 +67,64 @@ def _max_batch_size(vectorstore: Any) -> int:
     if callable(getter):
         return int(getter())
     return _FALLBACK_BATCH_SIZE
+
+
+@dataclass(frozen=True, slots=True)
+class FileOutcome:
+    """What syncing one file's chunks did to the store."""
+
+    status: Literal["added", "updated", "unchanged"]
+    chunks: int
+    """Chunks the file has now."""
+    written: int
+    """Chunks embedded and written (0 for an unchanged file)."""
+    removed: int
+    """Chunks of an older version that were deleted."""
+
+
+def sync_file(
+    vectorstore: Any, chunks: Sequence[Document], *, batch_size: int | None = None
+) -> FileOutcome:
+    """Make the store hold exactly ``chunks`` for their file, embedding only what changed.
+
+    ``chunks`` are all the chunks of one file, from ``WindowSplitter`` (one ``file_id``, one
+    ``file_version``). The store's chunks of that file are read first (ids and metadata, no
+    embeddings). Then:
+
+    - chunks already stored with this version are left alone (an unchanged file, or one whose
+      earlier ingest was killed half-way, costs no embedding for them);
+    - the others are upserted under the same ids, so every position holds the old or the new
+      version at every moment and the file is never missing (windows join only chunks of the
+      hit's version, so a half-written file never yields a mixed window);
+    - last, chunks at positions the new version no longer has are deleted.
+
+    A run killed at any point and run again converges to the same store, without duplicates.
+    """
+    if not chunks:
+        return FileOutcome("unchanged", 0, 0, 0)
+    file_ids = {chunk.metadata.get(FILE_ID) for chunk in chunks}
+    versions = {chunk.metadata.get(FILE_VERSION) for chunk in chunks}
+    if len(file_ids) != 1 or len(versions) != 1:
+        msg = (
+            "sync_file takes the chunks of exactly one file version (one file_id, one file_version)"
+        )
+        raise ConfigurationError(msg)
+    (file_id,) = file_ids
+    (version,) = versions
+    stored = vectorstore.get(where={FILE_ID: file_id}, include=["metadatas"])
+    stored_versions = {
+        chunk_id: (metadata or {}).get(FILE_VERSION)
+        for chunk_id, metadata in zip(stored["ids"], stored["metadatas"], strict=True)
+    }
+    wanted = {chunk.metadata[CHUNK_ID] for chunk in chunks}
+    todo = [chunk for chunk in chunks if stored_versions.get(chunk.metadata[CHUNK_ID]) != version]
+    stale = sorted(set(stored_versions) - wanted)
+    if todo:
+        add_chunks(vectorstore, todo, batch_size=batch_size)
+    if stale:
+        vectorstore.delete(ids=stale)
+    if not todo and not stale:
+        status: Literal["added", "updated", "unchanged"] = "unchanged"
+    else:
+        status = "updated" if stored_versions else "added"
+    return FileOutcome(status, len(chunks), len(todo), len(stale))

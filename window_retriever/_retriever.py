@@ -49,6 +49,7 @@ from window_retriever._windows import (
     Position,
     Window,
     assemble,
+    chunk_spans,
     plan_fetch,
     plan_needs,
 )
@@ -346,11 +347,15 @@ def _document(window: Window) -> Document:
     best = min(window.hits, key=lambda hit: hit.distance)
     metadata = {key: value for key, value in best.chunk.metadata.items() if key not in _CHUNK_KEYS}
     first, last = window.chunks[0], window.chunks[-1]
+    spans = dict(
+        zip((chunk.id for chunk in window.chunks), chunk_spans(window.chunks), strict=True)
+    )
     metadata.update(
         {
             "chunk_ids": [chunk.id for chunk in window.chunks],
             "hit_chunk_ids": [hit.chunk.id for hit in window.hits],
             "hit_scores": [hit.distance for hit in window.hits],
+            "hit_spans": [list(spans[hit.chunk.id]) for hit in window.hits],
             "score": window.score,
         }
     )

@@ -245,6 +245,22 @@ def join_texts(chunks: Sequence[Chunk]) -> str:
     return "".join(parts)
 
 
+def chunk_spans(chunks: Sequence[Chunk]) -> list[tuple[int, int]]:
+    """Return where each chunk's full text stands in ``join_texts(chunks)``, as (start, end)."""
+    spans: list[tuple[int, int]] = []
+    length = 0
+    for number, chunk in enumerate(chunks):
+        if number == 0:
+            begin = 0
+            length = len(chunk.text)
+        else:
+            overlap, separator = _seam(chunks[number - 1], chunk)
+            begin = length + len(separator) - overlap
+            length += len(separator) + len(chunk.text) - overlap
+        spans.append((begin, begin + len(chunk.text)))
+    return spans
+
+
 def _seam(before: Chunk, after: Chunk) -> tuple[int, str]:
     """Return how many leading characters of ``after`` repeat ``before``, and the separator."""
     if before.start is None or after.start is None:

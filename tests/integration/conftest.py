@@ -2,26 +2,24 @@
 
 from __future__ import annotations
 
-import re
 import tempfile
 from functools import lru_cache
 from pathlib import Path
 
 import pytest
-from bs4 import BeautifulSoup
 from langchain_chroma import Chroma
 from langchain_core.documents import Document
 
 from window_retriever import WindowSplitter, add_chunks, default_embeddings
+from window_retriever._loaders import LoadOptions, load_file
 
 PAGES = Path(__file__).parents[2] / "examples" / "pages"
 
 
 def load_page(path: Path) -> Document:
-    soup = BeautifulSoup(path.read_text(encoding="utf-8"), "html.parser")
-    body = soup.select_one("div.body") or soup
-    text = re.sub(r"\n\s*\n+", "\n\n", body.get_text()).strip()
-    return Document(page_content=text, metadata={"source": path.name})
+    loaded = load_file(path, LoadOptions(selectors=["body"]))
+    assert loaded.document is not None, loaded.error
+    return loaded.document
 
 
 def example_store() -> tuple[Chroma, tuple[Document, ...], dict[str, str]]:

@@ -17,6 +17,7 @@ from window_retriever._windows import (
     Position,
     Window,
     assemble,
+    chunk_spans,
     join_texts,
 )
 
@@ -99,6 +100,8 @@ def test_window_text_is_exactly_the_source_span(case: Case) -> None:
         source = case.sources[window.chunks[0].file_id]  # type: ignore[index]
         assert window.text == source[window.start_index : window.end_index]
         assert window.text == join_texts(window.chunks)
+        for chunk, (start, end) in zip(window.chunks, chunk_spans(window.chunks), strict=True):
+            assert window.text[start:end] == chunk.text
 
 
 @PROPERTY

@@ -1,0 +1,7 @@
+"""``python -m window_retriever``: the same as the ``window-retriever`` command."""
+
+import sys
+
+from window_retriever._cli import main
+
+sys.exit(main())

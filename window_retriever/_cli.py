@@ -1,0 +1,533 @@
+"""The ``window-retriever`` command: ingest sources, query them, run the demo.
+
+Every error becomes one line on stderr and a non-zero exit status (``--debug`` shows the
+traceback). Exit status: 0 success, 1 some sources failed to ingest, 2 bad usage or an error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+import traceback
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, TextIO
+from urllib.parse import urlsplit
+
+from langchain_core.documents import Document
+
+from window_retriever._errors import ConfigurationError, WindowRetrieverError
+from window_retriever._version import __version__
+
+PROG = "window-retriever"
+DEFAULT_DB = "chroma-db"
+DEFAULT_COLLECTION = "documents"
+DEMO_QUESTION = (
+    "How do I make sure a file is closed after reading it, even if an exception is raised?"
+)
+EXIT_OK, EXIT_SOURCES_FAILED, EXIT_ERROR = 0, 1, 2
+
+
+class CommandError(WindowRetrieverError):
+    """A command cannot run as asked; the message says why and what to do."""
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; return the exit status."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.run(args))
+    except KeyboardInterrupt:
+        print(f"{PROG}: interrupted", file=sys.stderr)
+        return 130
+    except Exception as error:  # one clear line, never a traceback (unless --debug)
+        if args.debug:
+            traceback.print_exc()
+        print(f"{PROG}: error: {_one_line(error)}", file=sys.stderr)
+        return EXIT_ERROR
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of every command (also read by the tests and the README check)."""
+    parser = argparse.ArgumentParser(
+        prog=PROG,
+        description="Grow vector-search hits into whole, readable windows of their documents.",
+    )
+    parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
+    parser.add_argument("--debug", action="store_true", help="show tracebacks of errors")
+    parser.set_defaults(debug=False, run=lambda args: _usage(parser))
+    commands = parser.add_subparsers(title="commands", metavar="COMMAND")
+
+    ingest = commands.add_parser(
+        "ingest",
+        help="load web pages or files, split them and store the chunks",
+        description=(
+            "Load web pages (URLs) or local HTML / text / Markdown files and directories, split "
+            "them into positioned chunks and upsert them. Re-running is idempotent: unchanged "
+            "sources cost no embedding, changed ones replace their old chunks."
+        ),
+    )
+    ingest.add_argument(
+        "sources", nargs="+", metavar="URL_OR_PATH", help="URLs, files or directories"
+    )
+    _store_arguments(ingest)
+    ingest.add_argument(
+        "--chunk-size",
+        type=int,
+        default=400,
+        metavar="N",
+        help="characters per chunk (default: 400)",
+    )
+    ingest.add_argument(
+        "--chunk-overlap",
+        type=int,
+        default=40,
+        metavar="N",
+        help="characters shared by neighbouring chunks (default: 40)",
+    )
+    ingest.add_argument(
+        "--selector",
+        nargs="+",
+        action="extend",
+        default=[],
+        metavar="CSS_CLASS",
+        help="keep only elements of these classes in HTML (e.g. post-content post-title)",
+    )
+    ingest.add_argument(
+        "--metadata",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="stamp on every chunk, e.g. tenant=acme (the keys also namespace the file ids)",
+    )
+    ingest.add_argument(
+        "--timeout",
+        type=float,
+        default=20.0,
+        metavar="SECONDS",
+        help="web request timeout (default: 20)",
+    )
+    ingest.add_argument(
+        "--rate",
+        type=float,
+        default=2.0,
+        metavar="PER_SECOND",
+        help="most requests a second to one host (default: 2)",
+    )
+    ingest.add_argument(
+        "--wait",
+        action="store_true",
+        help="wait for another writer of the same --db instead of stopping",
+    )
+    ingest.set_defaults(run=_ingest)
+
+    query = commands.add_parser(
+        "query",
+        help="retrieve windows for a question",
+        description="Retrieve windows for a question and print them with their provenance.",
+    )
+    query.add_argument("question", help="the question")
+    _store_arguments(query)
+    _window_arguments(query, k=4)
+    query.add_argument(
+        "--filter", metavar="JSON", help='Chroma metadata filter, e.g. \'{"tenant": "acme"}\''
+    )
+    query.add_argument("--json", action="store_true", help="print machine-readable JSON")
+    query.set_defaults(run=_query)
+
+    demo = commands.add_parser(
+        "demo",
+        help="ingest the bundled example pages offline and show windows for a question",
+        description=(
+            "Ingest the bundled Python-tutorial pages (examples/pages) into a local store, then "
+            "print the plain top chunks and the windows for a question, side by side."
+        ),
+    )
+    demo.add_argument(
+        "question", nargs="?", default=DEMO_QUESTION, help="the question (default: a sample)"
+    )
+    demo.add_argument(
+        "--db", default="demo-db", metavar="DIR", help="Chroma directory (default: demo-db)"
+    )
+    demo.add_argument(
+        "--pages", metavar="DIR", help="pages to ingest (default: the bundled examples/pages)"
+    )
+    _window_arguments(demo, k=3)
+    demo.set_defaults(run=_demo)
+    return parser
+
+
+def _usage(parser: argparse.ArgumentParser) -> int:
+    parser.print_help(sys.stderr)
+    return EXIT_ERROR
+
+
+def _store_arguments(parser: argparse.ArgumentParser) -> None:
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument(
+        "--db", metavar="DIR", help=f"embedded Chroma directory (default: {DEFAULT_DB})"
+    )
+    where.add_argument(
+        "--chroma-url", metavar="URL", help="a Chroma server, e.g. http://127.0.0.1:8000"
+    )
+    parser.add_argument(
+        "--collection",
+        default=DEFAULT_COLLECTION,
+        metavar="NAME",
+        help=f"collection (default: {DEFAULT_COLLECTION})",
+    )
+
+
+def _window_arguments(parser: argparse.ArgumentParser, *, k: int) -> None:
+    parser.add_argument(
+        "-k", type=int, default=k, metavar="N", help=f"windows to return (default: {k})"
+    )
+    parser.add_argument(
+        "--budget",
+        type=int,
+        default=1200,
+        metavar="N",
+        help="characters per window (default: 1200)",
+    )
+    parser.add_argument(
+        "--mode",
+        choices=["both", "prev", "next"],
+        default="both",
+        help="which way windows grow (default: both)",
+    )
+
+
+# ---- commands ---------------------------------------------------------------------------------
+
+
+def _ingest(args: argparse.Namespace) -> int:
+    from window_retriever._ingest import sync_file
+    from window_retriever._loaders import LoadOptions, expand, load_sources
+    from window_retriever._splitter import WindowSplitter
+
+    metadata = _parse_metadata(args.metadata)
+    splitter = _splitter(args.chunk_size, args.chunk_overlap)
+    window_splitter = WindowSplitter(splitter, file_id_keys=("source", *sorted(metadata)))
+    options = LoadOptions(
+        selectors=args.selector, timeout=args.timeout, requests_per_second=args.rate
+    )
+    if args.timeout <= 0 or args.rate <= 0:
+        raise CommandError("--timeout and --rate must be positive numbers")
+    specs = expand(args.sources)
+    counts = dict.fromkeys(("added", "updated", "unchanged", "failed", "written", "removed"), 0)
+    with _opened_for_writing(args) as store, _Progress(len(specs)) as progress:
+        for loaded in load_sources(specs, options):
+            if loaded.document is None:
+                counts["failed"] += 1
+                progress.line(f"failed    {loaded.name}: {loaded.error}")
+                progress.advance(0)
+                continue
+            loaded.document.metadata.update(metadata)
+            chunks = window_splitter.split_documents([loaded.document])
+            outcome = sync_file(store, chunks)
+            counts[outcome.status] += 1
+            counts["written"] += outcome.written
+            counts["removed"] += outcome.removed
+            detail = f"{outcome.chunks} chunks"
+            if outcome.status == "unchanged":
+                detail += ", nothing embedded"
+            elif outcome.written != outcome.chunks or outcome.removed:
+                detail += f", {outcome.written} written, {outcome.removed} removed"
+            progress.line(f"{outcome.status:<9} {loaded.name}: {detail}")
+            progress.advance(outcome.written)
+    ingested = counts["added"] + counts["updated"]
+    print(
+        f"{len(specs)} sources: {ingested} ingested ({counts['added']} added, "
+        f"{counts['updated']} updated), {counts['unchanged']} skipped (unchanged), "
+        f"{counts['failed']} failed; {counts['written']} chunks written, "
+        f"{counts['removed']} removed"
+    )
+    return EXIT_SOURCES_FAILED if counts["failed"] else EXIT_OK
+
+
+def _query(args: argparse.Namespace) -> int:
+    where = None
+    if args.filter is not None:
+        try:
+            where = json.loads(args.filter)
+        except json.JSONDecodeError as error:
+            raise CommandError(
+                f"--filter is not valid JSON ({error.msg} at column {error.colno})"
+            ) from None
+        if not isinstance(where, dict):
+            raise CommandError('--filter must be a JSON object, e.g. {"tenant": "acme"}')
+    store = _open_for_reading(args)
+    docs = _retrieve(store, args, where)
+    if args.json:
+        json.dump(
+            [_as_json(rank, doc) for rank, doc in enumerate(docs, 1)],
+            sys.stdout,
+            indent=2,
+            ensure_ascii=False,
+        )
+        print()
+    else:
+        _print_windows(docs, sys.stdout)
+    return EXIT_OK
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from window_retriever._ingest import sync_file
+    from window_retriever._loaders import LoadOptions, expand, load_sources
+    from window_retriever._splitter import WindowSplitter
+
+    pages = (
+        Path(args.pages)
+        if args.pages
+        else Path(__file__).resolve().parents[1] / "examples" / "pages"
+    )
+    if not pages.is_dir():
+        raise CommandError(
+            f"no example pages at {pages}; the demo needs a source checkout, or pass --pages DIR"
+        )
+    args.chroma_url, args.collection, args.wait = None, "demo", False
+    splitter = WindowSplitter()
+    began = time.perf_counter()
+    written = total = 0
+    with _opened_for_writing(args) as store:
+        for loaded in load_sources(expand([str(pages)]), LoadOptions(selectors=["body"])):
+            if loaded.document is None:
+                raise CommandError(f"cannot load {loaded.name}: {loaded.error}")
+            outcome = sync_file(store, splitter.split_documents([loaded.document]))
+            written, total = written + outcome.written, total + outcome.chunks
+    print(
+        f"{total} chunks of the pages in {pages} are in {args.db}/ "
+        f"({written} embedded now, {time.perf_counter() - began:.1f} s)"
+    )
+    print(f"\nQ: {args.question}\n")
+    plain = store.similarity_search_with_score(args.question, k=args.k)
+    print(
+        f"--- plain: the top {args.k} chunks, "
+        f"{sum(len(d.page_content) for d, _ in plain)} characters"
+    )
+    for rank, (doc, score) in enumerate(plain, 1):
+        meta = doc.metadata
+        print(
+            f"[{rank}] {_short(meta.get('source', '?'))}  chunk {meta.get('chunk_index')}  "
+            f"distance {score:.3f}"
+        )
+        print(_indent(doc.page_content))
+    docs = _retrieve(store, args, None)
+    print(
+        f"\n--- windows: {len(docs)} windows, {sum(len(d.page_content) for d in docs)} characters"
+    )
+    _print_windows(docs, sys.stdout)
+    return EXIT_OK
+
+
+# ---- helpers ----------------------------------------------------------------------------------
+
+
+def _retrieve(store: Any, args: argparse.Namespace, where: dict[str, Any] | None) -> list[Document]:
+    from window_retriever._retriever import ContextWindowRetriever
+
+    retriever = ContextWindowRetriever(
+        vectorstore=store, k=args.k, window_budget=args.budget, mode=args.mode, filter=where
+    )
+    return retriever.invoke(args.question)
+
+
+def _splitter(size: int, overlap: int) -> Any:
+    from langchain_text_splitters import RecursiveCharacterTextSplitter
+
+    if size < 1:
+        raise CommandError(f"--chunk-size must be at least 1, got {size}")
+    if not 0 <= overlap < size:
+        raise CommandError(
+            f"--chunk-overlap must be from 0 to less than --chunk-size ({size}), got {overlap}"
+        )
+    return RecursiveCharacterTextSplitter(
+        chunk_size=size, chunk_overlap=overlap, add_start_index=True
+    )
+
+
+def _parse_metadata(pairs: Sequence[str]) -> dict[str, str]:
+    metadata: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise CommandError(f"--metadata takes KEY=VALUE, got {pair!r}")
+        metadata[key.strip()] = value
+    reserved = set(metadata) & {
+        "source",
+        "file_id",
+        "chunk_id",
+        "chunk_index",
+        "start_index",
+        "file_version",
+    }
+    if reserved:
+        raise CommandError(
+            f"--metadata cannot set {', '.join(sorted(reserved))}: the ingester stamps it"
+        )
+    return metadata
+
+
+class _opened_for_writing:  # noqa: N801 - used as a context manager, reads like one
+    """Open the store for an ingest: embedded stores are locked against other writers."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.lock: Any = None
+
+    def __enter__(self) -> Any:
+        from window_retriever._lock import writer_lock
+
+        if self.args.chroma_url is None:
+            self.lock = writer_lock(self.args.db or DEFAULT_DB, wait=self.args.wait)
+            self.lock.__enter__()
+        return _store(self.args, create=True)
+
+    def __exit__(self, *exc: object) -> None:
+        if self.lock is not None:
+            self.lock.__exit__(*exc)
+
+
+def _open_for_reading(args: argparse.Namespace) -> Any:
+    return _store(args, create=False)
+
+
+def _store(args: argparse.Namespace, *, create: bool) -> Any:
+    import chromadb
+    from langchain_chroma import Chroma
+
+    from window_retriever._embeddings import default_embeddings
+
+    if args.chroma_url:
+        url = urlsplit(args.chroma_url)
+        if url.scheme not in ("http", "https") or not url.hostname:
+            raise CommandError(
+                f"--chroma-url must look like http://HOST:PORT, got {args.chroma_url!r}"
+            )
+        try:
+            client = chromadb.HttpClient(
+                host=url.hostname,
+                port=url.port or (443 if url.scheme == "https" else 8000),
+                ssl=url.scheme == "https",
+            )
+            client.heartbeat()
+        except Exception as error:
+            raise CommandError(
+                f"cannot reach the Chroma server at {args.chroma_url} ({_one_line(error)})"
+            ) from None
+        where = args.chroma_url
+    else:
+        directory = Path(args.db or DEFAULT_DB)
+        if not create and not directory.is_dir():
+            raise CommandError(
+                f"no store at {directory}/; run '{PROG} ingest ... --db {directory}' first"
+            )
+        client = chromadb.PersistentClient(path=str(directory))
+        where = f"{directory}/"
+    if not create and args.collection not in {c.name for c in client.list_collections()}:
+        raise CommandError(
+            f"no collection {args.collection!r} in {where}; "
+            f"run '{PROG} ingest' first or pass --collection"
+        )
+    return Chroma(
+        collection_name=args.collection, embedding_function=default_embeddings(), client=client
+    )
+
+
+class _Progress:
+    """A progress bar on a terminal (pages and chunks); plain lines otherwise."""
+
+    def __init__(self, total: int, stream: TextIO | None = None) -> None:
+        self.stream = stream or sys.stderr
+        self.bar: Any = None
+        if self.stream.isatty():
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=total, unit="page", file=self.stream, dynamic_ncols=True)
+            self.chunks = 0
+
+    def __enter__(self) -> _Progress:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+    def line(self, text: str) -> None:
+        if self.bar is not None:
+            self.bar.write(text, file=sys.stdout)
+        else:
+            print(text, flush=True)
+
+    def advance(self, chunks: int) -> None:
+        if self.bar is not None:
+            self.chunks += chunks
+            self.bar.set_postfix_str(f"{self.chunks} chunks embedded")
+            self.bar.update(1)
+
+
+def _print_windows(docs: Sequence[Document], out: TextIO) -> None:
+    mark: Callable[[str], str] = (
+        (lambda s: f"\x1b[1;33m{s}\x1b[0m") if out.isatty() else (lambda s: f"»{s}«")
+    )
+    for rank, doc in enumerate(docs, 1):
+        meta = doc.metadata
+        where = (
+            f"chunks {meta['first_chunk_index']}-{meta['last_chunk_index']}"
+            if "first_chunk_index" in meta
+            else "unexpanded"
+        )
+        span = (
+            f"  characters {meta['start_index']}-{meta['end_index']}" if "end_index" in meta else ""
+        )
+        hits = len(meta.get("hit_chunk_ids", []))
+        print(
+            f"[{rank}] {_short(meta.get('source', meta.get('file_id', '?')))}  {where}{span}  "
+            f"score {meta['score']:.3f}  {hits} hit{'s' * (hits != 1)}",
+            file=out,
+        )
+        print(_indent(_highlight(doc.page_content, meta.get("hit_spans", []), mark)), file=out)
+
+
+def _highlight(text: str, spans: Sequence[Sequence[int]], mark: Callable[[str], str]) -> str:
+    merged: list[list[int]] = []
+    for start, end in sorted((int(s), int(e)) for s, e in spans):
+        if merged and start <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], end)
+        else:
+            merged.append([start, end])
+    out, cursor = [], 0
+    for start, end in merged:
+        out += [text[cursor:start], mark(text[start:end])]
+        cursor = end
+    out.append(text[cursor:])
+    return "".join(out)
+
+
+def _as_json(rank: int, doc: Document) -> dict[str, Any]:
+    return {"rank": rank, "id": doc.id, "text": doc.page_content, "metadata": doc.metadata}
+
+
+def _short(source: str) -> str:
+    path = Path(source)
+    if path.is_absolute():
+        try:
+            return str(path.relative_to(Path.cwd()))
+        except ValueError:
+            return source
+    return source
+
+
+def _indent(text: str) -> str:
+    return "\n".join("    " + line for line in text.splitlines())
+
+
+def _one_line(error: BaseException) -> str:
+    text = str(error).strip().splitlines()
+    message = text[0] if text else type(error).__name__
+    if not isinstance(error, WindowRetrieverError | ConfigurationError):
+        message = f"{type(error).__name__}: {message}"
+    return message

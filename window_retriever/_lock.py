@@ -1,0 +1,42 @@
+"""A writer's lock on an embedded Chroma directory.
+
+Chroma's embedded mode is safe for threads but not for processes: two ingests writing to one
+directory at once can corrupt it. Every writer of this package takes an exclusive lock on a
+file in the directory first; a second writer waits (if asked to) or stops with a clear message.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from window_retriever._errors import WindowRetrieverError
+
+LOCK_NAME = ".window-retriever.lock"
+
+
+class StoreLockedError(WindowRetrieverError):
+    """Another process is writing to the same embedded store."""
+
+
+@contextmanager
+def writer_lock(directory: str | Path, *, wait: bool = False) -> Iterator[None]:
+    """Hold the exclusive writer lock of ``directory`` (created if missing) for the block."""
+    path = Path(directory)
+    path.mkdir(parents=True, exist_ok=True)
+    descriptor = os.open(path / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(descriptor, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+        except BlockingIOError:
+            msg = (
+                f"another process is writing to the store in {path}; wait for it to finish "
+                "(or pass --wait), or use a Chroma server (--chroma-url) for several writers"
+            )
+            raise StoreLockedError(msg) from None
+        yield
+    finally:
+        os.close(descriptor)  # closing releases the lock
