@@ -6,6 +6,7 @@ so that one bad source never stops the others.
 
 from __future__ import annotations
 
+import html
 import os
 import re
 import time
@@ -24,6 +25,7 @@ USER_AGENT = f"window-retriever/{__version__} (+https://pypi.org/project/window-
 HTML_SUFFIXES = frozenset({".html", ".htm", ".xhtml"})
 TEXT_SUFFIXES = frozenset({".txt", ".md", ".markdown", ".rst"})
 _HTML_TYPES = ("text/html", "application/xhtml+xml")
+_TITLE = re.compile(r"<title[^>]*>(.*?)</title>", re.IGNORECASE | re.DOTALL)
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,7 +86,7 @@ def expand(specs: Iterable[str]) -> list[str]:
 def load_sources(specs: Sequence[str], options: LoadOptions) -> Iterator[Loaded]:
     """Load each source in turn; URLs politely (one host at most ``requests_per_second``)."""
     last_request: dict[str, float] = {}
-    session = None
+    session: tuple[Any, dict[str, str]] | None = None
     for spec in specs:
         if is_url(spec):
             host = urlsplit(spec).netloc
@@ -93,7 +95,7 @@ def load_sources(specs: Sequence[str], options: LoadOptions) -> Iterator[Loaded]
                 time.sleep(wait)
             session = session or _session(options)
             try:
-                yield _load_url(spec, options, session)
+                yield _load_url(spec, options, *session)
             finally:
                 last_request[host] = time.monotonic()
         else:
@@ -154,7 +156,7 @@ class _NotHTMLError(Exception):
     pass
 
 
-def _session(options: LoadOptions) -> Any:
+def _session(options: LoadOptions) -> tuple[Any, dict[str, str]]:
     import requests
 
     def only_html(response: Any, *args: Any, **kwargs: Any) -> None:
@@ -163,13 +165,18 @@ def _session(options: LoadOptions) -> Any:
         kind = response.headers.get("Content-Type", "").split(";")[0].strip().lower()
         if kind not in _HTML_TYPES:
             raise _NotHTMLError(kind or "no content type")
+        # A --selector strains the page before WebBaseLoader looks for its <title>: keep it here.
+        found = _TITLE.search(response.text)
+        if found:
+            titles[response.url] = html.unescape(found.group(1)).strip()
 
     session = requests.Session()
+    titles: dict[str, str] = {}
     session.headers.update(
         {"User-Agent": options.user_agent, "Accept": "text/html,application/xhtml+xml;q=0.9"}
     )
     session.hooks["response"].append(only_html)
-    return session
+    return session, titles
 
 
 def _web_base_loader() -> Any:
@@ -182,7 +189,7 @@ def _web_base_loader() -> Any:
     return WebBaseLoader
 
 
-def _load_url(url: str, options: LoadOptions, session: Any) -> Loaded:
+def _load_url(url: str, options: LoadOptions, session: Any, titles: dict[str, str]) -> Loaded:
     import requests
 
     loader_class = _web_base_loader()
@@ -216,6 +223,8 @@ def _load_url(url: str, options: LoadOptions, session: Any) -> Loaded:
         return Loaded(url, error=f"request failed ({_root_cause(error)})")
     metadata = {k: v for k, v in document.metadata.items() if isinstance(v, str)}
     metadata["source"] = url
+    if "title" not in metadata and titles.get(url):
+        metadata["title"] = titles[url]
     return _finish(url, document.page_content, metadata, options)
 
 

@@ -1,0 +1,364 @@
+"""The CLI end to end: real HTTP on loopback, the real model, Chroma on disk and as a server."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import chromadb
+import pytest
+
+from window_retriever._cli import main
+from window_retriever._embeddings import MiniLMEmbeddings
+
+
+def html(title: str, paragraphs: list[str]) -> bytes:
+    body = "".join(f"<p>{p}</p>" for p in paragraphs)
+    return (
+        f"<html><head><title>{title}</title></head><body>"
+        f'<div class="nav">NAVIGATION JUNK</div>'
+        f'<h1 class="post-title">{title}</h1><div class="post-content">{body}</div>'
+        f'<div class="footer">FOOTER JUNK</div></body></html>'
+    ).encode()
+
+
+def article(topic: str, count: int = 12) -> list[str]:
+    return [
+        f"{topic.title()} fact number {i}: the {topic} paragraph {i} explains one detail."
+        for i in range(count)
+    ]
+
+
+@dataclass
+class Site:
+    port: int
+    pages: dict[str, tuple[int, str, bytes, float]] = field(default_factory=dict)
+    requests: list[str] = field(default_factory=list)
+
+    def url(self, path: str) -> str:
+        return f"http://127.0.0.1:{self.port}{path}"
+
+
+@pytest.fixture
+def site() -> Iterator[Site]:
+    """A real HTTP server on a free loopback port, serving pages the test can change."""
+    state = Site(port=0)
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            state.requests.append(self.path)
+            status, kind, body, delay = state.pages.get(
+                self.path, (404, "text/html", b"not found", 0.0)
+            )
+            time.sleep(delay)
+            self.send_response(status)
+            self.send_header("Content-Type", kind)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            with contextlib.suppress(OSError):  # the client gave up (the timeout test)
+                self.wfile.write(body)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    state.port = server.server_address[1]
+    state.pages.update(
+        {
+            "/bees.html": (200, "text/html; charset=utf-8", html("Bees", article("bees")), 0.0),
+            "/rivers.html": (200, "text/html", html("Rivers", article("rivers")), 0.0),
+            "/stars.html": (200, "text/html", html("Stars", article("stars")), 0.0),
+            "/slow.html": (200, "text/html", html("Slow", article("slow")), 3.0),
+            "/paper.pdf": (200, "application/pdf", b"%PDF-1.4 not html", 0.0),
+            "/nav-only.html": (
+                200,
+                "text/html",
+                b'<html><body><div class="nav">only nav</div></body></html>',
+                0.0,
+            ),
+        }
+    )
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield state
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.fixture
+def embedded(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Count the texts the real embedding model embeds (a list of batch sizes)."""
+    batches: list[int] = []
+    original = MiniLMEmbeddings.embed_documents
+
+    def counting(self: MiniLMEmbeddings, texts: list[str]) -> list[list[float]]:
+        batches.append(len(texts))
+        return original(self, texts)
+
+    monkeypatch.setattr(MiniLMEmbeddings, "embed_documents", counting)
+    return batches
+
+
+def stored(db: Path, collection: str = "documents") -> dict[str, Any]:
+    client = chromadb.PersistentClient(path=str(db))
+    return client.get_collection(collection).get(include=["documents", "metadatas"])
+
+
+GOOD = ["/bees.html", "/rivers.html", "/stars.html"]
+BAD = {
+    "/missing.html": "HTTP 404 Not Found",
+    "/slow.html": "timed out after 1 s",
+    "/paper.pdf": "not HTML (content type application/pdf)",
+    "/nav-only.html": "no text after --selector post-content post-title",
+}
+
+
+def ingest(site: Site, db: Path, paths: list[str], *extra: str) -> int:
+    urls = [site.url(p) for p in paths]
+    return main(
+        [
+            "ingest",
+            *urls,
+            "--db",
+            str(db),
+            "--selector",
+            "post-content",
+            "post-title",
+            "--timeout",
+            "1",
+            "--rate",
+            "50",
+            *extra,
+        ]
+    )
+
+
+def test_ingest_over_http_reports_each_bad_source_and_stores_the_good(
+    site: Site, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db = tmp_path / "db"
+    assert ingest(site, db, [*GOOD, *BAD]) == 1
+    out = capsys.readouterr().out.splitlines()
+    for path, reason in BAD.items():
+        assert f"failed    {site.url(path)}: {reason}" in out
+    for path in GOOD:
+        assert any(line.startswith(f"added     {site.url(path)}: ") for line in out)
+    assert out[-1].startswith(
+        "7 sources: 3 ingested (3 added, 0 updated), 0 skipped (unchanged), 4 failed;"
+    )
+    records = stored(db)
+    sources = {m["source"] for m in records["metadatas"]}
+    assert sources == {site.url(p) for p in GOOD}
+    text = "\n".join(records["documents"])
+    assert (
+        "NAVIGATION JUNK" not in text and "FOOTER JUNK" not in text and "bees paragraph 3" in text
+    )
+    assert {m["title"] for m in records["metadatas"]} == {"Bees", "Rivers", "Stars"}
+    assert len(set(records["ids"])) == len(records["ids"])
+
+
+def test_reingest_is_idempotent_and_embeds_nothing(
+    site: Site, tmp_path: Path, capsys: pytest.CaptureFixture[str], embedded: list[int]
+) -> None:
+    db = tmp_path / "db"
+    assert ingest(site, db, GOOD) == 0
+    first = stored(db)
+    embedded.clear()
+    capsys.readouterr()
+    assert ingest(site, db, GOOD) == 0
+    assert sum(embedded) == 0
+    out = capsys.readouterr().out
+    assert "3 skipped (unchanged)" in out and "0 chunks written" in out
+    assert sorted(stored(db)["ids"]) == sorted(first["ids"])
+
+
+def test_a_changed_page_replaces_its_old_chunks(
+    site: Site, tmp_path: Path, capsys: pytest.CaptureFixture[str], embedded: list[int]
+) -> None:
+    db = tmp_path / "db"
+    assert ingest(site, db, GOOD) == 0
+    before = stored(db)
+    old_bees = [
+        i for i, m in zip(before["ids"], before["metadatas"], strict=True) if "bees" in m["source"]
+    ]
+    site.pages["/bees.html"] = (
+        200,
+        "text/html",
+        html("Bees", ["Bees now dance the waggle dance.", *article("bees", 3)]),
+        0.0,
+    )
+    embedded.clear()
+    assert ingest(site, db, GOOD) == 0
+    assert "updated   " in capsys.readouterr().out
+    after = stored(db)
+    bees = [
+        (i, d, m)
+        for i, d, m in zip(after["ids"], after["documents"], after["metadatas"], strict=True)
+        if "bees" in m["source"]
+    ]
+    assert len(bees) < len(old_bees)
+    assert sum(embedded) == len(bees)  # only the changed page was embedded
+    assert len({m["file_version"] for _, _, m in bees}) == 1
+    assert "waggle" in " ".join(d for _, d, _ in bees) and "paragraph 10" not in " ".join(
+        d for _, d, _ in bees
+    )
+    assert len(after["ids"]) == len(before["ids"]) - len(old_bees) + len(bees)
+
+
+def test_query_prints_windows_and_json_under_a_tenant_filter(
+    site: Site, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db = tmp_path / "db"
+    assert ingest(site, db, ["/bees.html"], "--metadata", "tenant=a") == 0
+    site.pages["/bees.html"] = (200, "text/html", html("Bees", article("wasps")), 0.0)
+    assert ingest(site, db, ["/bees.html"], "--metadata", "tenant=b") == 0
+    capsys.readouterr()
+    question = "What does the bees paragraph 5 explain?"
+    assert (
+        main(
+            [
+                "query",
+                question,
+                "--db",
+                str(db),
+                "-k",
+                "2",
+                "--budget",
+                "300",
+                "--filter",
+                '{"tenant": "a"}',
+            ]
+        )
+        == 0
+    )
+    text = capsys.readouterr().out
+    assert text.startswith("[1] ") and "score " in text and "»" in text and "wasps" not in text
+    assert (
+        main(
+            [
+                "query",
+                question,
+                "--db",
+                str(db),
+                "-k",
+                "2",
+                "--budget",
+                "200",
+                "--filter",
+                '{"tenant": "b"}',
+                "--json",
+            ]
+        )
+        == 0
+    )
+    results = json.loads(capsys.readouterr().out)
+    assert [r["rank"] for r in results] == [1, 2]
+    for result in results:
+        meta = result["metadata"]
+        assert meta["tenant"] == "b" and "bees" not in result["text"]
+        assert {
+            "chunk_ids",
+            "hit_chunk_ids",
+            "hit_spans",
+            "score",
+            "start_index",
+            "end_index",
+        } <= set(meta)
+
+
+def test_a_second_writer_is_stopped_with_the_fix(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db = tmp_path / "db"
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys, time\nfrom window_retriever._lock import writer_lock\n"
+            "with writer_lock(sys.argv[1]):\n    print('locked', flush=True)\n    time.sleep(60)\n",
+            str(db),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
+        note = tmp_path / "note.txt"
+        note.write_text("A note.")
+        assert main(["ingest", str(note), "--db", str(db)]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err == (
+            f"window-retriever: error: another process is writing to the store in {db}; wait for it "
+            "to finish (or pass --wait), or use a Chroma server (--chroma-url) for several writers"
+        )
+    finally:
+        holder.kill()
+        holder.wait()
+        if holder.stdout is not None:
+            holder.stdout.close()
+
+
+def test_demo_runs_offline(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["demo", "--db", str(tmp_path / "demo")]) == 0
+    out = capsys.readouterr().out
+    assert "--- plain: the top 3 chunks" in out and "--- windows: 3 windows" in out
+    assert "with open" in out
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def chroma_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A real Chroma server on loopback, started from this environment's ``chroma``."""
+    executable = Path(sys.executable).parent / "chroma"
+    port = _free_port()
+    path = tmp_path_factory.mktemp("chroma-server")
+    process = subprocess.Popen(
+        [str(executable), "run", "--path", str(path), "--host", "127.0.0.1", "--port", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            chromadb.HttpClient(host="127.0.0.1", port=port).heartbeat()
+            break
+        except Exception:
+            if time.monotonic() > deadline or process.poll() is not None:
+                process.kill()
+                pytest.fail("the Chroma server did not start")
+            time.sleep(0.2)
+    yield url
+    process.terminate()
+    process.wait(timeout=10)
+
+
+def test_ingest_and_query_against_a_chroma_server(
+    site: Site, chroma_server: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    urls = [site.url(p) for p in GOOD]
+    args = ["--chroma-url", chroma_server, "--collection", "server-test"]
+    assert main(["ingest", *urls, *args, "--selector", "post-content"]) == 0
+    capsys.readouterr()
+    assert (
+        main(["query", "Which rivers paragraph explains detail 7?", *args, "--json", "-k", "2"])
+        == 0
+    )
+    results = json.loads(capsys.readouterr().out)
+    assert len(results) == 2 and any("rivers" in r["text"] for r in results)
