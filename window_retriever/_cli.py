@@ -475,11 +475,11 @@ def _print_windows(docs: Sequence[Document], out: TextIO) -> None:
     )
     for rank, doc in enumerate(docs, 1):
         meta = doc.metadata
-        where = (
-            f"chunks {meta['first_chunk_index']}-{meta['last_chunk_index']}"
-            if "first_chunk_index" in meta
-            else "unexpanded"
-        )
+        first, last = meta.get("first_chunk_index"), meta.get("last_chunk_index")
+        if first is None:
+            where = "unexpanded"
+        else:
+            where = f"chunk {first}" if first == last else f"chunks {first}-{last}"
         span = (
             f"  characters {meta['start_index']}-{meta['end_index']}" if "end_index" in meta else ""
         )

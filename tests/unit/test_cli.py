@@ -1,0 +1,206 @@
+"""The command line: help, version, and every error path (one line, non-zero, no traceback)."""
+
+from __future__ import annotations
+
+import argparse
+import re
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from window_retriever import __version__
+from window_retriever._cli import build_parser, main
+
+README = (Path(__file__).parents[2] / "README.md").read_text(encoding="utf-8")
+
+
+def commands() -> dict[str, argparse.ArgumentParser]:
+    parser = build_parser()
+    (action,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    return dict(action.choices)
+
+
+def fails(argv: list[str], capsys: pytest.CaptureFixture[str], status: int = 2) -> str:
+    assert main(argv) == status
+    err = capsys.readouterr().err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert "Traceback" not in err
+    return lines[0]
+
+
+def test_every_command_has_help_and_is_in_the_readme(capsys: pytest.CaptureFixture[str]) -> None:
+    assert set(commands()) == {"ingest", "query", "demo"}
+    for name, parser in commands().items():
+        assert parser.description
+        with pytest.raises(SystemExit) as exit_:
+            main([name, "--help"])
+        assert exit_.value.code == 0
+        assert capsys.readouterr().out.startswith(f"usage: window-retriever {name}")
+        assert f"window-retriever {name}" in README, name
+        for action in parser._actions:
+            assert action.help, (name, action.dest)
+            for option in action.option_strings:
+                if option.startswith("--") and option != "--help":
+                    assert option in README, (name, option)
+
+
+def test_version(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["--version"])
+    assert capsys.readouterr().out.strip() == f"window-retriever {__version__}"
+
+
+def test_python_dash_m_runs_the_same_command() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "window_retriever", "--version"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert result.stdout.strip() == f"window-retriever {__version__}"
+
+
+def test_no_command_prints_usage_and_fails(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([]) == 2
+    assert "usage: window-retriever" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["ingest", "x.txt", "--metadata", "tenant"], "--metadata takes KEY=VALUE, got 'tenant'"),
+        (
+            ["ingest", "x.txt", "--metadata", "source=x"],
+            "--metadata cannot set source: the ingester stamps it",
+        ),
+        (
+            ["ingest", "x.txt", "--chunk-size", "100", "--chunk-overlap", "100"],
+            "--chunk-overlap must be from 0 to less than --chunk-size (100), got 100",
+        ),
+        (["ingest", "x.txt", "--chunk-size", "0"], "--chunk-size must be at least 1, got 0"),
+        (["ingest", "x.txt", "--timeout", "0"], "--timeout and --rate must be positive numbers"),
+        (
+            ["query", "q", "--filter", "{tenant: a}"],
+            "--filter is not valid JSON (Expecting property name enclosed in double quotes at column 2)",
+        ),
+        (
+            ["query", "q", "--filter", "[1]"],
+            '--filter must be a JSON object, e.g. {"tenant": "acme"}',
+        ),
+        (
+            ["query", "q", "--chroma-url", "localhost:8000"],
+            "--chroma-url must look like http://HOST:PORT, got 'localhost:8000'",
+        ),
+        (
+            ["query", "q", "-k", "0"],
+            "k (the number of windows to return) must be a positive integer, got 0",
+        ),
+    ],
+)
+def test_bad_arguments_fail_with_one_line(
+    argv: list[str],
+    message: str,
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    if argv[0] == "query" and "-k" in argv:  # needs a store to get as far as the retriever
+        main(["ingest", str(_note(tmp_path)), "--db", "chroma-db"])
+        capsys.readouterr()
+    assert fails(argv, capsys) == f"window-retriever: error: {message}"
+
+
+def _note(directory: Path) -> Path:
+    path = directory / "note.txt"
+    path.write_text("A short note about bees.", encoding="utf-8")
+    return path
+
+
+def test_query_without_a_store_says_to_ingest_first(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    line = fails(["query", "q", "--db", str(tmp_path / "none")], capsys)
+    assert (
+        line
+        == f"window-retriever: error: no store at {tmp_path / 'none'}/; run 'window-retriever ingest ... --db {tmp_path / 'none'}' first"
+    )
+
+
+def test_query_of_a_missing_collection(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    db = tmp_path / "db"
+    assert main(["ingest", str(_note(tmp_path)), "--db", str(db)]) == 0
+    capsys.readouterr()
+    line = fails(["query", "q", "--db", str(db), "--collection", "other"], capsys)
+    assert (
+        line
+        == f"window-retriever: error: no collection 'other' in {db}/; run 'window-retriever ingest' first or pass --collection"
+    )
+
+
+def test_an_unreachable_server_is_named(capsys: pytest.CaptureFixture[str]) -> None:
+    with socket.socket() as sock:  # a loopback port with nobody listening
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    line = fails(["query", "q", "--chroma-url", f"http://127.0.0.1:{port}"], capsys)
+    assert line.startswith(
+        f"window-retriever: error: cannot reach the Chroma server at http://127.0.0.1:{port} ("
+    )
+
+
+def test_db_and_chroma_url_are_exclusive(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main(["query", "q", "--db", "x", "--chroma-url", "http://127.0.0.1:1"])
+    assert exit_.value.code == 2
+    assert "not allowed with argument" in capsys.readouterr().err
+
+
+def test_bad_local_sources_are_reported_and_the_rest_ingested(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "paper.pdf").write_bytes(b"%PDF")
+    (tmp_path / "latin1.txt").write_bytes("caf\xe9".encode("latin-1"))
+    good = _note(tmp_path)
+    db = tmp_path / "db"
+    status = main(
+        [
+            "ingest",
+            str(good),
+            str(tmp_path / "gone.txt"),
+            str(tmp_path / "paper.pdf"),
+            str(tmp_path / "latin1.txt"),
+            "--db",
+            str(db),
+        ]
+    )
+    assert status == 1
+    out = capsys.readouterr().out.splitlines()
+    assert f"failed    {tmp_path / 'gone.txt'}: no such file or directory" in out
+    assert any(
+        re.fullmatch(
+            rf"failed    {re.escape(str(tmp_path / 'paper.pdf'))}: not an HTML or text file .*",
+            line,
+        )
+        for line in out
+    )
+    assert f"failed    {tmp_path / 'latin1.txt'}: not UTF-8 text" in out
+    assert f"added     {good}: 1 chunks" in out
+    assert (
+        out[-1]
+        == "4 sources: 1 ingested (1 added, 0 updated), 0 skipped (unchanged), 3 failed; 1 chunks written, 0 removed"
+    )
+
+
+def test_a_directory_is_walked(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "docs" / "sub").mkdir(parents=True)
+    (tmp_path / "docs" / "a.md").write_text("# A\n\nAlpha.", encoding="utf-8")
+    (tmp_path / "docs" / "sub" / "b.html").write_text(
+        "<html><body><p>Beta.</p></body></html>", encoding="utf-8"
+    )
+    (tmp_path / "docs" / "image.png").write_bytes(b"\x89PNG")
+    assert main(["ingest", str(tmp_path / "docs"), "--db", str(tmp_path / "db")]) == 0
+    assert capsys.readouterr().out.splitlines()[-1].startswith("2 sources: 2 ingested")
