@@ -11,7 +11,8 @@ import json
 import sys
 import time
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TextIO
 from urllib.parse import urlsplit
@@ -371,24 +372,16 @@ def _parse_metadata(pairs: Sequence[str]) -> dict[str, str]:
     return metadata
 
 
-class _opened_for_writing:  # noqa: N801 - used as a context manager, reads like one
-    """Open the store for an ingest: embedded stores are locked against other writers."""
+@contextmanager
+def _opened_for_writing(args: argparse.Namespace) -> Iterator[Any]:
+    """Open the store for an ingest: an embedded store is locked against other writers."""
+    from window_retriever._lock import writer_lock
 
-    def __init__(self, args: argparse.Namespace) -> None:
-        self.args = args
-        self.lock: Any = None
-
-    def __enter__(self) -> Any:
-        from window_retriever._lock import writer_lock
-
-        if self.args.chroma_url is None:
-            self.lock = writer_lock(self.args.db or DEFAULT_DB, wait=self.args.wait)
-            self.lock.__enter__()
-        return _store(self.args, create=True)
-
-    def __exit__(self, *exc: object) -> None:
-        if self.lock is not None:
-            self.lock.__exit__(*exc)
+    if args.chroma_url is not None:
+        yield _store(args, create=True)
+        return
+    with writer_lock(args.db or DEFAULT_DB, wait=args.wait):
+        yield _store(args, create=True)
 
 
 def _open_for_reading(args: argparse.Namespace) -> Any:

@@ -362,3 +362,44 @@ def test_ingest_and_query_against_a_chroma_server(
     )
     results = json.loads(capsys.readouterr().out)
     assert len(results) == 2 and any("rivers" in r["text"] for r in results)
+
+
+def test_a_terminal_gets_a_progress_bar_and_a_pipe_plain_lines(tmp_path: Path) -> None:
+    import fcntl
+    import os
+    import pty
+    import struct
+    import termios
+
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    for i in range(3):
+        (notes / f"{i}.txt").write_text(f"Note {i} about bees and honey.", encoding="utf-8")
+    command = [
+        sys.executable,
+        "-m",
+        "window_retriever",
+        "ingest",
+        str(notes),
+        "--db",
+        str(tmp_path / "db"),
+    ]
+    controller, terminal = pty.openpty()
+    fcntl.ioctl(terminal, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 100, 0, 0))  # a 100x24 screen
+    try:
+        result = subprocess.run(
+            command, stdout=subprocess.PIPE, stderr=terminal, text=True, check=True, timeout=120
+        )
+        os.close(terminal)
+        screen = b""
+        with contextlib.suppress(OSError):
+            while chunk := os.read(controller, 65536):
+                screen += chunk
+    finally:
+        os.close(controller)
+    assert b"3/3" in screen and b"page" in screen and b"chunks embedded" in screen
+    assert result.stdout.splitlines()[-1].startswith("3 sources: 3 ingested")
+    # not on a terminal: no bar, only the lines
+    piped = subprocess.run(command, capture_output=True, text=True, check=True, timeout=120)
+    assert piped.stderr == ""
+    assert piped.stdout.splitlines()[-1].startswith("3 sources: 0 ingested")
