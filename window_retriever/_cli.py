@@ -139,6 +139,36 @@ def build_parser() -> argparse.ArgumentParser:
     query.add_argument("--json", action="store_true", help="print machine-readable JSON")
     query.set_defaults(run=_query)
 
+    evaluate = commands.add_parser(
+        "eval",
+        help="measure whether windows beat plain chunks on your questions, at equal budgets",
+        description=(
+            "Run configurations (plain top chunks, windows, ...) on a JSONL file of questions "
+            'with "gold_spans" and/or "answer", at the same total context budgets, and report '
+            "evidence coverage, precision, answer hits, context length, latency and store calls, "
+            "each against plain with a bootstrap confidence interval."
+        ),
+    )
+    evaluate.add_argument("questions", metavar="QUESTIONS.jsonl", help="one JSON object a line")
+    _store_arguments(evaluate)
+    evaluate.add_argument(
+        "--budgets",
+        default="1000,2000,4000",
+        metavar="N,N,...",
+        help="total context budgets in characters (default: 1000,2000,4000)",
+    )
+    evaluate.add_argument(
+        "--configs",
+        default="plain,window",
+        metavar="C,C,...",
+        help="configurations: plain, window[:budget=N;mode=M;k=N] (default: plain,window)",
+    )
+    evaluate.add_argument(
+        "--json", metavar="OUT", dest="json_out", help="write the results as JSON"
+    )
+    evaluate.add_argument("--plot", metavar="OUT.png", help="plot coverage against budget (PNG)")
+    evaluate.set_defaults(run=_eval)
+
     demo = commands.add_parser(
         "demo",
         help="ingest the bundled example pages offline and show windows for a question",
@@ -272,6 +302,44 @@ def _query(args: argparse.Namespace) -> int:
         print()
     else:
         _print_windows(docs, sys.stdout)
+    return EXIT_OK
+
+
+def _eval(args: argparse.Namespace) -> int:
+    from window_retriever._embeddings import default_embeddings
+    from window_retriever._eval import count_store_calls, evaluate, parse_configs, read_questions
+
+    try:
+        budgets = [int(b) for b in args.budgets.split(",") if b.strip()]
+    except ValueError:
+        raise CommandError(
+            f"--budgets takes whole numbers, e.g. 1000,2000,4000, got {args.budgets!r}"
+        ) from None
+    configs = parse_configs(args.configs)
+    path = Path(args.questions)
+    if not path.is_file():
+        raise CommandError(f"no questions file at {path}")
+    questions, problems = read_questions(path)
+    for problem in problems:
+        print(f"skipped {problem}", file=sys.stderr)
+    if not questions:
+        raise CommandError(f"no usable questions in {path} ({len(problems)} lines skipped)")
+    store = _open_for_reading(args)
+    report = evaluate(
+        store,
+        questions,
+        configs=configs,
+        budgets=budgets,
+        count_tokens=default_embeddings().count_tokens,
+        call_counter=count_store_calls(store),
+        skipped=problems,
+    )
+    print(f"{len(questions)} questions, {len(problems)} lines skipped")
+    print(report.table())
+    if args.json_out:
+        Path(args.json_out).write_text(json.dumps(report.to_json(), indent=2), encoding="utf-8")
+    if args.plot:
+        report.plot(args.plot)
     return EXIT_OK
 
 

@@ -403,3 +403,108 @@ def test_a_terminal_gets_a_progress_bar_and_a_pipe_plain_lines(tmp_path: Path) -
     piped = subprocess.run(command, capture_output=True, text=True, check=True, timeout=120)
     assert piped.stderr == ""
     assert piped.stdout.splitlines()[-1].startswith("3 sources: 0 ingested")
+
+
+def test_eval_command_on_a_small_fixture(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    source = tmp_path / "facts.txt"
+    sentences = [
+        f"Fact {i}: the {word} is item number {i}."
+        for i, word in enumerate(["kettle", "lamp", "chair", "door", "rug", "sink"] * 5)
+    ]
+    text = " ".join(sentences)
+    source.write_text(text, encoding="utf-8")
+    db = tmp_path / "db"
+    assert (
+        main(
+            ["ingest", str(source), "--db", str(db), "--chunk-size", "120", "--chunk-overlap", "20"]
+        )
+        == 0
+    )
+    needle = "Fact 13: the lamp is item number 13."
+    start = text.index(needle)
+    questions = tmp_path / "questions.jsonl"
+    questions.write_text(
+        json.dumps(
+            {
+                "question": "Which item number is fact 13 the lamp?",
+                "source": str(source.resolve()),
+                "answer": "item number 13",
+                "gold_spans": [[start, start + len(needle)]],
+            }
+        )
+        + "\n{broken\n"
+        + json.dumps(
+            {"question": "What is fact 4?", "source": str(source.resolve()), "answer": "rug"}
+        )
+        + "\n",
+        encoding="utf-8",
+    )
+    out_json, out_png = tmp_path / "r.json", tmp_path / "r.png"
+    capsys.readouterr()
+    status = main(
+        [
+            "eval",
+            str(questions),
+            "--db",
+            str(db),
+            "--budgets",
+            "300,600",
+            "--configs",
+            "plain,window:budget=250",
+            "--json",
+            str(out_json),
+            "--plot",
+            str(out_png),
+        ]
+    )
+    assert status == 0
+    captured = capsys.readouterr()
+    assert (
+        captured.err.strip()
+        == "skipped line 2: not JSON (Expecting property name enclosed in double quotes)"
+    )
+    lines = captured.out.splitlines()
+    assert lines[0] == "2 questions, 1 lines skipped"
+    assert lines[1].startswith("| config | budget | coverage |")
+    assert any(line.startswith("| window:budget=250 | 600 | ") for line in lines)
+    result = json.loads(out_json.read_text())
+    assert {(r["config"], r["budget"]) for r in result["rows"]} == {
+        ("plain", 300),
+        ("plain", 600),
+        ("window:budget=250", 300),
+        ("window:budget=250", 600),
+    }
+    assert all(r["store_calls"] >= 1 for r in result["rows"])
+    assert out_png.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_the_locomo_benchmark_runs_on_a_small_subset(tmp_path: Path) -> None:
+    script = Path(__file__).parents[2] / "benchmarks" / "locomo.py"
+    result = subprocess.run(
+        [
+            sys.executable,
+            str(script),
+            "--conversations",
+            "1",
+            "--questions",
+            "6",
+            "--budgets",
+            "1000",
+            "--cache",
+            str(tmp_path / "cache"),
+            "--out",
+            str(tmp_path / "out"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert (
+        "| plain | 1000 |" in result.stdout
+        and "| parent-doc (300 / 1200) | 1000 |" in result.stdout
+    )
+    results = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert results["questions"] == 6 and results["throughput"]["chunks"] > 0

@@ -1,0 +1,202 @@
+"""Evaluation metrics on hand-made cases, the questions reader, configurations and the report."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from langchain_chroma import Chroma
+from langchain_core.documents import Document
+from langchain_text_splitters import RecursiveCharacterTextSplitter
+
+from window_retriever import ConfigurationError, WindowSplitter, add_chunks
+from window_retriever._eval import (
+    Piece,
+    Question,
+    build_context,
+    evaluate,
+    merge_spans,
+    normalize_answer,
+    overlap,
+    paired_bootstrap,
+    parse_configs,
+    percentile,
+    read_questions,
+    score,
+)
+
+
+def q(
+    spans: list[tuple[int, int]] = (), answer: str | None = None, source: str = "doc"
+) -> Question:  # type: ignore[assignment]
+    return Question(line=1, question="?", source=source, answer=answer, gold_spans=tuple(spans))
+
+
+# ---- spans and contexts ------------------------------------------------------------------------
+
+
+def test_overlap_and_merge() -> None:
+    assert merge_spans([(5, 10), (0, 3), (3, 4), (8, 12)]) == [(0, 4), (5, 12)]
+    assert overlap([(0, 10)], [(5, 15)]) == 5
+    assert overlap([(0, 10), (20, 30)], [(5, 25)]) == 10
+    assert overlap([(0, 10)], [(10, 20)]) == 0
+    assert overlap([(0, 10)], [(2, 4), (3, 6)]) == 4  # overlapping context spans count once
+
+
+@given(
+    st.lists(
+        st.tuples(st.integers(0, 50), st.integers(1, 20)).map(lambda t: (t[0], t[0] + t[1])),
+        max_size=6,
+    ),
+    st.lists(
+        st.tuples(st.integers(0, 50), st.integers(1, 20)).map(lambda t: (t[0], t[0] + t[1])),
+        max_size=6,
+    ),
+)
+def test_overlap_equals_the_shared_characters(
+    a: list[tuple[int, int]], b: list[tuple[int, int]]
+) -> None:
+    chars = lambda spans: {i for s, e in spans for i in range(s, e)}  # noqa: E731
+    assert overlap(a, b) == len(chars(a) & chars(b))
+
+
+def test_context_is_cut_at_the_budget_with_separators_counted() -> None:
+    pieces = [
+        Piece("a" * 6, "doc", None, 0),
+        Piece("b" * 6, "doc", None, 100),
+        Piece("c" * 6, "doc", None, 200),
+    ]
+    context = build_context(pieces, 10)
+    assert context.text == "aaaaaa\n\nbb"
+    assert len(context.text) == 10
+    assert context.spans == (("doc", None, 0, 6), ("doc", None, 100, 102))
+    assert context.characters == 8
+
+
+def test_empty_context() -> None:
+    context = build_context([], 1000)
+    assert context.text == "" and context.spans == ()
+    result = score(q([(0, 10)], answer="x"), context)
+    assert (result.coverage, result.full, result.precision, result.answer_hit) == (
+        0.0,
+        False,
+        0.0,
+        False,
+    )
+
+
+def test_partial_span_overlap_gives_partial_coverage_and_precision() -> None:
+    context = build_context([Piece("x" * 20, "doc", None, 10)], 1000)  # covers 10..30
+    result = score(q([(0, 20), (25, 35)]), context)  # 30 gold chars, 10 + 5 inside
+    assert result.coverage == pytest.approx(15 / 30)
+    assert result.full is False
+    assert result.precision == pytest.approx(15 / 20)
+
+
+def test_spans_of_another_source_do_not_count() -> None:
+    context = build_context([Piece("x" * 20, "other", None, 0)], 1000)
+    assert score(q([(0, 10)]), context).coverage == 0.0
+
+
+def test_file_id_questions_match_by_file_id() -> None:
+    context = build_context([Piece("x" * 20, "s", "f1", 0)], 1000)
+    question = Question(line=1, question="?", file_id="f1", gold_spans=((0, 10),))
+    result = score(question, context)
+    assert result.coverage == 1.0 and result.full is True
+
+
+def test_answer_hits_are_normalised() -> None:
+    context = build_context(
+        [Piece("On the 7th of May, 2023 -- they met.", "doc", None, None)], 1000
+    )
+    assert score(q(answer="7th May 2023"), context).answer_hit is False
+    assert score(q(answer="the 7th of May 2023"), context).answer_hit is True
+    assert normalize_answer("The  Cat, sat!") == "cat sat"
+    assert score(q(answer="x"), context).coverage is None
+
+
+def test_bootstrap_and_percentile() -> None:
+    mean, low, high = paired_bootstrap([0.1] * 50)
+    assert mean == pytest.approx(0.1) and low == pytest.approx(0.1) and high == pytest.approx(0.1)
+    mean, low, high = paired_bootstrap([1.0, -1.0] * 50)
+    assert low < mean < high and mean == pytest.approx(0.0)
+    assert percentile([1, 2, 3, 4], 0.5) == 2.5 and percentile([5], 0.95) == 5
+
+
+# ---- questions file and configurations --------------------------------------------------------
+
+
+def test_bad_lines_are_reported_by_number_and_skipped(tmp_path: Path) -> None:
+    path = tmp_path / "q.jsonl"
+    lines = [
+        {"question": "ok", "source": "a", "answer": "x"},
+        "not json",
+        {"question": "", "answer": "x"},
+        {"question": "no gold"},
+        {"question": "spans without source", "gold_spans": [[0, 5]]},
+        {"question": "bad span", "source": "a", "gold_spans": [[5, 2]]},
+        {"question": "ok too", "file_id": "f", "gold_spans": [[0, 5]]},
+    ]
+    path.write_text("\n".join(x if isinstance(x, str) else json.dumps(x) for x in lines) + "\n\n")
+    questions, problems = read_questions(path)
+    assert [x.line for x in questions] == [1, 7]
+    assert problems == [
+        "line 2: not JSON (Expecting value)",
+        'line 3: "question" must be a non-empty string',
+        'line 4: needs "gold_spans" or "answer" to score against',
+        'line 5: "gold_spans" need the "source" or "file_id" they point into',
+        'line 6: "gold_spans" must be a list of [start, end] with 0 <= start < end',
+    ]
+
+
+def test_configurations_parse_and_bad_ones_are_named() -> None:
+    configs = parse_configs("plain,window,window:budget=300;mode=next")
+    assert [c.kind for c in configs] == ["plain", "window", "window"]
+    assert dict(configs[2].options) == {"budget": "300", "mode": "next"}
+    with pytest.raises(ConfigurationError, match="unknown configuration 'bm25'"):
+        parse_configs("plain,bm25")
+    with pytest.raises(ConfigurationError, match="bad option 'size=3'"):
+        parse_configs("window:size=3")
+
+
+# ---- a whole run on a small store ---------------------------------------------------------------
+
+
+def test_evaluate_compares_configurations_at_equal_budgets(
+    make_store: Callable[..., Chroma], tmp_path: Path
+) -> None:
+    text = " ".join(f"Sentence {i:02d} is about topic {i}." for i in range(60))
+    store = make_store()
+    splitter = WindowSplitter(RecursiveCharacterTextSplitter(chunk_size=80, chunk_overlap=10))
+    chunks = splitter.split_documents([Document(page_content=text, metadata={"source": "doc"})])
+    add_chunks(store, chunks)
+    target = chunks[5]
+    start = target.metadata["start_index"]
+    question = Question(
+        line=1,
+        question=target.page_content,
+        source="doc",
+        answer="topic 7",
+        gold_spans=((start, start + 200),),
+    )
+    report = evaluate(store, [question], configs="plain,window:budget=240", budgets=[200, 400])
+    assert [(r.config, r.budget) for r in report.rows] == [
+        ("plain", 200),
+        ("window:budget=240", 200),
+        ("plain", 400),
+        ("window:budget=240", 400),
+    ]
+    for row in report.rows:
+        assert row.characters <= row.budget
+        assert 0 <= row.coverage <= 1  # type: ignore[operator]
+    assert report.rows[0].coverage_vs_plain is None and report.rows[1].coverage_vs_plain is not None
+    table = report.table()
+    assert table.splitlines()[0].startswith("| config | budget | coverage")
+    plot = tmp_path / "c.png"
+    report.plot(plot)
+    assert plot.read_bytes()[:4] == b"\x89PNG"
+    assert json.loads(json.dumps(report.to_json()))["rows"][0]["config"] == "plain"

@@ -1,0 +1,540 @@
+"""Evaluation: do windows give a model more of the evidence than plain chunks, at one budget?
+
+Every configuration answers every question; its documents are joined in rank order and cut at
+the same total budget ``B`` (characters). Then, against the question's gold spans (character
+offsets in its source text) and its answer:
+
+- evidence coverage: the share of gold characters inside the context (and the rate of
+  questions whose gold is fully covered);
+- precision: the share of context characters that are gold;
+- answer hit: the normalised answer string appears in the context;
+- context length (characters and tokens), latency p50 / p95, store calls per query;
+- a paired bootstrap over questions of each configuration's coverage against ``plain``.
+
+The metric functions are pure; :func:`evaluate` runs the retrievals.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import re
+import statistics
+import string
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from langchain_core.documents import Document
+
+from window_retriever._errors import ConfigurationError
+from window_retriever._ids import FILE_ID, START_INDEX
+
+Span = tuple[int, int]
+
+DEFAULT_BUDGETS = (1000, 2000, 4000)
+DEFAULT_CONFIGS = "plain,window"
+DEFAULT_WINDOW_BUDGET = 600
+_BOOTSTRAP_SAMPLES = 2000
+
+
+# ---- questions --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Question:
+    """One line of a questions file."""
+
+    line: int
+    question: str
+    source: str | None = None
+    file_id: str | None = None
+    answer: str | None = None
+    gold_spans: tuple[Span, ...] = ()
+
+    @property
+    def where(self) -> dict[str, str] | None:
+        """The filter that keeps the search inside the question's own file, if it names one."""
+        if self.file_id is not None:
+            return {FILE_ID: self.file_id}
+        if self.source is not None:
+            return {"source": self.source}
+        return None
+
+
+def read_questions(path: str | Path) -> tuple[list[Question], list[str]]:
+    """Read a JSONL questions file; return the questions and one message per bad line."""
+    questions: list[Question] = []
+    problems: list[str] = []
+    with open(path, encoding="utf-8") as lines:
+        for number, line in enumerate(lines, 1):
+            if not line.strip():
+                continue
+            try:
+                questions.append(parse_question(number, json.loads(line)))
+            except json.JSONDecodeError as error:
+                problems.append(f"line {number}: not JSON ({error.msg})")
+            except ValueError as error:
+                problems.append(f"line {number}: {error}")
+    return questions, problems
+
+
+def parse_question(number: int, data: Any) -> Question:
+    """Validate one decoded line."""
+    if not isinstance(data, dict):
+        raise ValueError("expected a JSON object")
+    question = data.get("question")
+    if not isinstance(question, str) or not question.strip():
+        raise ValueError('"question" must be a non-empty string')
+    for key in ("source", "file_id", "answer"):
+        if data.get(key) is not None and not isinstance(data[key], str):
+            raise ValueError(f'"{key}" must be a string')
+    spans = data.get("gold_spans") or []
+    if not isinstance(spans, list) or not all(
+        isinstance(s, list | tuple)
+        and len(s) == 2
+        and all(isinstance(x, int) and not isinstance(x, bool) for x in s)
+        and 0 <= s[0] < s[1]
+        for s in spans
+    ):
+        raise ValueError('"gold_spans" must be a list of [start, end] with 0 <= start < end')
+    if not spans and not data.get("answer"):
+        raise ValueError('needs "gold_spans" or "answer" to score against')
+    if spans and data.get("source") is None and data.get("file_id") is None:
+        raise ValueError('"gold_spans" need the "source" or "file_id" they point into')
+    return Question(
+        line=number,
+        question=question,
+        source=data.get("source"),
+        file_id=data.get("file_id"),
+        answer=data.get("answer") or None,
+        gold_spans=tuple((int(s[0]), int(s[1])) for s in spans),
+    )
+
+
+# ---- contexts and metrics (pure) ---------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Piece:
+    """A returned document: its text and where it comes from in its source, if known."""
+
+    text: str
+    source: str | None = None
+    file_id: str | None = None
+    start: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Context:
+    """The context a model would see: pieces joined in rank order, cut at the budget."""
+
+    text: str
+    spans: tuple[tuple[str | None, str | None, int, int], ...]
+    """(source, file_id, start, end) of the source characters inside the context."""
+    characters: int
+    """Characters of the pieces inside the context (separators not counted)."""
+
+    def covered(self, question: Question) -> list[Span]:
+        """The spans of the question's own file inside the context."""
+        if question.file_id is not None:
+            return [(s, e) for _, file_id, s, e in self.spans if file_id == question.file_id]
+        return [(s, e) for source, _, s, e in self.spans if source == question.source]
+
+
+SEPARATOR = "\n\n"
+
+
+def build_context(pieces: Iterable[Piece], budget: int) -> Context:
+    """Join pieces in rank order with a blank line between them and cut at ``budget`` characters.
+
+    A piece cut short contributes only its first characters; the separators count too.
+    """
+    parts: list[str] = []
+    spans: list[tuple[str | None, str | None, int, int]] = []
+    used = 0
+    for piece in pieces:
+        room = budget - used - (len(SEPARATOR) if parts else 0)
+        if room <= 0:
+            break
+        taken = piece.text[:room]
+        parts.append(taken)
+        used += len(taken) + (len(SEPARATOR) if len(parts) > 1 else 0)
+        if piece.start is not None and piece.start >= 0:
+            spans.append((piece.source, piece.file_id, piece.start, piece.start + len(taken)))
+    return Context(SEPARATOR.join(parts), tuple(spans), sum(len(part) for part in parts))
+
+
+def merge_spans(spans: Iterable[Span]) -> list[Span]:
+    """Sort and merge overlapping or touching spans."""
+    merged: list[list[int]] = []
+    for start, end in sorted(spans):
+        if merged and start <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], end)
+        else:
+            merged.append([start, end])
+    return [(start, end) for start, end in merged]
+
+
+def overlap(spans: Iterable[Span], others: Iterable[Span]) -> int:
+    """Characters that two sets of spans share (each set merged first)."""
+    a, b = merge_spans(spans), merge_spans(others)
+    total = i = j = 0
+    while i < len(a) and j < len(b):
+        total += max(0, min(a[i][1], b[j][1]) - max(a[i][0], b[j][0]))
+        if a[i][1] < b[j][1]:
+            i += 1
+        else:
+            j += 1
+    return total
+
+
+def span_length(spans: Iterable[Span]) -> int:
+    """Characters covered by spans, overlaps counted once."""
+    return sum(end - start for start, end in merge_spans(spans))
+
+
+def normalize_answer(text: str) -> str:
+    """Lower-case, drop punctuation and articles, collapse whitespace (as SQuAD scoring does)."""
+    text = text.lower()
+    text = "".join(" " if ch in string.punctuation else ch for ch in text)
+    text = re.sub(r"\b(a|an|the)\b", " ", text)
+    return " ".join(text.split())
+
+
+@dataclass(frozen=True, slots=True)
+class Score:
+    """How one context serves one question."""
+
+    coverage: float | None
+    full: bool | None
+    precision: float | None
+    answer_hit: bool | None
+    characters: int
+
+
+def score(question: Question, context: Context) -> Score:
+    """Score a context against a question's gold spans and answer (``None`` where not given)."""
+    coverage = full = precision = None
+    if question.gold_spans:
+        gold = span_length(question.gold_spans)
+        shared = overlap(question.gold_spans, context.covered(question))
+        coverage = shared / gold
+        full = shared == gold
+        precision = shared / context.characters if context.characters else 0.0
+    answer_hit = None
+    if question.answer:
+        needle = normalize_answer(question.answer)
+        answer_hit = bool(needle) and needle in normalize_answer(context.text)
+    return Score(coverage, full, precision, answer_hit, len(context.text))
+
+
+def paired_bootstrap(
+    differences: Sequence[float], *, samples: int = _BOOTSTRAP_SAMPLES, seed: int = 0
+) -> tuple[float, float, float]:
+    """Mean of paired differences and its 95% bootstrap interval (resampling questions)."""
+    if not differences:
+        return (math.nan, math.nan, math.nan)
+    rng = random.Random(seed)  # noqa: S311 - statistics, not secrets
+    n = len(differences)
+    means = sorted(sum(differences[rng.randrange(n)] for _ in range(n)) / n for _ in range(samples))
+    return (sum(differences) / n, means[int(0.025 * samples)], means[int(0.975 * samples) - 1])
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """The q-quantile (0..1) by linear interpolation."""
+    if not values:
+        return math.nan
+    ordered = sorted(values)
+    position = (len(ordered) - 1) * q
+    low, high = math.floor(position), math.ceil(position)
+    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+
+
+# ---- configurations -----------------------------------------------------------------------------
+
+Retrieve = Callable[[Question, int], list[Piece]]
+"""A configuration: (question, total budget) -> pieces in rank order."""
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    """A named configuration, e.g. ``plain`` or ``window:budget=600,mode=next``."""
+
+    name: str
+    kind: str
+    options: Mapping[str, str] = field(default_factory=dict)
+
+
+def parse_configs(text: str | Sequence[str]) -> list[Config]:
+    """Parse ``"plain,window,window:budget=300;mode=next"`` (options after ``:``, by ``;``)."""
+    items = [t for t in (text.split(",") if isinstance(text, str) else text) if t.strip()]
+    configs = []
+    for item in items:
+        kind, _, rest = item.strip().partition(":")
+        if kind not in ("plain", "window"):
+            msg = (
+                f"unknown configuration {kind!r}; "
+                "use plain or window[:budget=N;mode=both|prev|next;k=N]"
+            )
+            raise ConfigurationError(msg)
+        options: dict[str, str] = {}
+        for pair in filter(None, rest.split(";")):
+            key, sep, value = pair.partition("=")
+            if not sep or key not in ("budget", "mode", "k"):
+                msg = (
+                    f"bad option {pair!r} in configuration {item!r}; options: budget=N, mode=M, k=N"
+                )
+                raise ConfigurationError(msg)
+            options[key] = value
+        configs.append(Config(name=item.strip(), kind=kind, options=options))
+    if not configs:
+        raise ConfigurationError("no configurations given; e.g. plain,window")
+    return configs
+
+
+def make_retrieve(config: Config, vectorstore: Any) -> Retrieve:
+    """Build the retrieval function of a configuration over ``vectorstore``."""
+    if config.kind == "plain":
+
+        def plain(question: Question, budget: int) -> list[Piece]:
+            k = int(config.options.get("k", max(4, budget // 100)))
+            docs = vectorstore.similarity_search(question.question, k=k, filter=question.where)
+            return [_piece(doc) for doc in docs]
+
+        return plain
+
+    from window_retriever._retriever import ContextWindowRetriever
+
+    window_budget = int(config.options.get("budget", DEFAULT_WINDOW_BUDGET))
+    mode = config.options.get("mode", "both")
+    retriever = ContextWindowRetriever(
+        vectorstore=vectorstore, window_budget=window_budget, mode=mode
+    )
+
+    def window(question: Question, budget: int) -> list[Piece]:
+        k = int(config.options.get("k", math.ceil(budget / window_budget) + 1))
+        docs = retriever.invoke(question.question, k=k, filter=question.where)
+        return [_piece(doc) for doc in docs]
+
+    return window
+
+
+def _piece(document: Document) -> Piece:
+    meta = document.metadata
+    start = meta.get(START_INDEX)
+    return Piece(
+        text=document.page_content,
+        source=meta.get("source"),
+        file_id=meta.get(FILE_ID),
+        start=start if isinstance(start, int) and not isinstance(start, bool) else None,
+    )
+
+
+# ---- the run ------------------------------------------------------------------------------
+
+
+@dataclass
+class Row:
+    """Aggregates of one configuration at one budget."""
+
+    config: str
+    budget: int
+    questions: int
+    coverage: float | None
+    full_coverage: float | None
+    precision: float | None
+    answer_hit: float | None
+    characters: float
+    tokens: float | None
+    latency_p50_ms: float
+    latency_p95_ms: float
+    store_calls: float | None
+    coverage_vs_plain: tuple[float, float, float] | None = None
+    answer_hit_vs_plain: tuple[float, float, float] | None = None
+
+
+@dataclass
+class Report:
+    """Rows for every configuration and budget, and the per-question scores behind them."""
+
+    rows: list[Row]
+    skipped: list[str]
+    per_question: dict[str, list[Score]] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-ready dict of the rows and skipped lines."""
+        return {"rows": [asdict(row) for row in self.rows], "skipped": self.skipped}
+
+    def table(self) -> str:
+        """A Markdown table of the rows."""
+        header = (
+            "| config | budget | coverage | vs plain (95% CI) | full | precision | answer hit "
+            "| chars | tokens | p50 ms | p95 ms | store calls |"
+        )
+        lines = [header, "|" + "---|" * 12]
+        for r in self.rows:
+            lines.append(
+                f"| {r.config} | {r.budget} | {_f(r.coverage)} | {_ci(r.coverage_vs_plain)} | "
+                f"{_f(r.full_coverage)} | {_f(r.precision)} | {_f(r.answer_hit)} | "
+                f"{r.characters:.0f} | {_f(r.tokens, 0)} | {r.latency_p50_ms:.1f} | "
+                f"{r.latency_p95_ms:.1f} | {_f(r.store_calls, 1)} |"
+            )
+        return "\n".join(lines)
+
+    def plot(self, path: str | Path) -> None:
+        """Coverage (or answer hits, without spans) against budget, a line per configuration."""
+        try:
+            import matplotlib
+
+            matplotlib.use("Agg")
+            import matplotlib.pyplot as plt
+        except ImportError:
+            msg = "--plot needs matplotlib: pip install 'window-retriever[eval]'"
+            raise ConfigurationError(msg) from None
+        metric = "coverage" if any(r.coverage is not None for r in self.rows) else "answer_hit"
+        figure, axes = plt.subplots(figsize=(6, 4))
+        for name in dict.fromkeys(r.config for r in self.rows):
+            points = [(r.budget, getattr(r, metric)) for r in self.rows if r.config == name]
+            axes.plot([b for b, _ in points], [v for _, v in points], marker="o", label=name)
+        axes.set_xlabel("context budget (characters)")
+        axes.set_ylabel("evidence coverage" if metric == "coverage" else "answer hit rate")
+        axes.set_xscale("log")
+        axes.set_xticks(sorted({r.budget for r in self.rows}))
+        axes.get_xaxis().set_major_formatter(matplotlib.ticker.ScalarFormatter())
+        axes.grid(alpha=0.3)
+        axes.legend()
+        figure.tight_layout()
+        figure.savefig(path, dpi=120)
+        plt.close(figure)
+
+
+def _f(value: float | None, digits: int = 3) -> str:
+    return (
+        "-"
+        if value is None or (isinstance(value, float) and math.isnan(value))
+        else f"{value:.{digits}f}"
+    )
+
+
+def _ci(value: tuple[float, float, float] | None) -> str:
+    if value is None:
+        return "-"
+    mean, low, high = value
+    return f"{mean:+.3f} ({low:+.3f}, {high:+.3f})"
+
+
+def evaluate(
+    vectorstore: Any,
+    questions: Sequence[Question],
+    *,
+    configs: Sequence[Config] | str = DEFAULT_CONFIGS,
+    budgets: Sequence[int] = DEFAULT_BUDGETS,
+    count_tokens: Callable[[str], int] | None = None,
+    retrievers: Mapping[str, Retrieve] | None = None,
+    call_counter: Callable[[], int] | None = None,
+    skipped: Sequence[str] = (),
+) -> Report:
+    """Run every configuration on every question at every budget.
+
+    Args:
+        vectorstore: The store the configurations search (chunks from ``WindowSplitter``).
+        questions: From :func:`read_questions`.
+        configs: Configurations (see :func:`parse_configs`); ``plain`` is the baseline.
+        budgets: Total context budgets, in characters.
+        count_tokens: A token counter for the context length in tokens.
+        retrievers: Extra configurations by name: functions (question, budget) -> pieces.
+        call_counter: Returns the number of store calls so far (for calls per query).
+        skipped: Messages of questions-file lines that were skipped, carried into the report.
+    """
+    if isinstance(configs, str):
+        configs = parse_configs(configs)
+    functions: dict[str, Retrieve] = {c.name: make_retrieve(c, vectorstore) for c in configs}
+    functions.update(retrievers or {})
+    counted = {c.name for c in configs}  # extra retrievers use stores of their own
+    if not questions:
+        raise ConfigurationError("no questions to evaluate")
+    if any(b < 1 for b in budgets):
+        raise ConfigurationError(f"budgets must be positive, got {list(budgets)}")
+    rows: list[Row] = []
+    per_question: dict[str, list[Score]] = {}
+    for budget in budgets:
+        for name, retrieve in functions.items():
+            scores, latencies, tokens, calls = [], [], [], []
+            for question in questions:
+                before = call_counter() if call_counter else 0
+                began = time.perf_counter()
+                pieces = retrieve(question, budget)
+                latencies.append((time.perf_counter() - began) * 1000)
+                if call_counter and name in counted:
+                    calls.append(call_counter() - before)
+                context = build_context(pieces, budget)
+                scores.append(score(question, context))
+                if count_tokens:
+                    tokens.append(count_tokens(context.text))
+            per_question[f"{name}@{budget}"] = scores
+            rows.append(
+                Row(
+                    config=name,
+                    budget=budget,
+                    questions=len(questions),
+                    coverage=_mean([s.coverage for s in scores]),
+                    full_coverage=_mean([s.full for s in scores]),
+                    precision=_mean([s.precision for s in scores]),
+                    answer_hit=_mean([s.answer_hit for s in scores]),
+                    characters=statistics.fmean(s.characters for s in scores),
+                    tokens=statistics.fmean(tokens) if tokens else None,
+                    latency_p50_ms=percentile(latencies, 0.5),
+                    latency_p95_ms=percentile(latencies, 0.95),
+                    store_calls=statistics.fmean(calls) if calls else None,
+                )
+            )
+    baseline = next((name for name in functions if name == "plain"), None)
+    for row in rows:
+        if baseline is None or row.config == baseline:
+            continue
+        base = per_question[f"{baseline}@{row.budget}"]
+        mine = per_question[f"{row.config}@{row.budget}"]
+        row.coverage_vs_plain = _paired(base, mine, "coverage")
+        row.answer_hit_vs_plain = _paired(base, mine, "answer_hit")
+    return Report(rows=rows, skipped=list(skipped), per_question=per_question)
+
+
+def _paired(
+    base: Sequence[Score], mine: Sequence[Score], metric: str
+) -> tuple[float, float, float] | None:
+    pairs = [
+        (float(getattr(b, metric)), float(getattr(m, metric)))
+        for b, m in zip(base, mine, strict=True)
+        if getattr(b, metric) is not None and getattr(m, metric) is not None
+    ]
+    if not pairs:
+        return None
+    return paired_bootstrap([m - b for b, m in pairs])
+
+
+def _mean(values: Sequence[float | bool | None]) -> float | None:
+    present = [float(v) for v in values if v is not None]
+    return statistics.fmean(present) if present else None
+
+
+def count_store_calls(vectorstore: Any) -> Callable[[], int]:
+    """Count the calls that reach a Chroma collection (``query`` and ``get``) from now on.
+
+    Wraps the two methods on the collection object of ``vectorstore`` (a
+    ``langchain_chroma.Chroma``); returns a function that tells the count so far.
+    """
+    collection = vectorstore._collection
+    count = [0]
+    for name in ("query", "get"):
+        original = getattr(collection, name)
+
+        def counted(*args: Any, _original: Any = original, **kwargs: Any) -> Any:
+            count[0] += 1
+            return _original(*args, **kwargs)
+
+        setattr(collection, name, counted)
+    return lambda: count[0]
