@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: demo test lint typecheck unit integration bench clean
+.PHONY: demo test lint typecheck unit bench bench-locomo clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -33,6 +33,10 @@ unit: $(VENV)/.installed
 ## bench: latency of windowed against plain retrieval on one store (ratios)
 bench: $(VENV)/.installed
 	$(PY) benchmarks/latency.py
+
+## bench-locomo: windows against plain chunks and peers on LoCoMo (about 10 minutes)
+bench-locomo: $(VENV)/.installed
+	$(PY) benchmarks/locomo.py
 
 clean:
 	rm -rf $(VENV) demo-db .pytest_cache .mypy_cache .ruff_cache .hypothesis

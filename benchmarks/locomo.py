@@ -17,6 +17,10 @@ rank order, and is cut at the same total budget B (characters). Systems:
 - ``plain``: top chunks of 300 characters (overlap 30) until the budget is full;
 - ``plain-large``: the top 3 chunks of B/3 characters (a store per budget);
 - ``parent-doc``: LangChain's ParentDocumentRetriever (children 300, parents 1200);
+- LlamaIndex's sentence window (SentenceWindowNodeParser, window 3, with
+  MetadataReplacementPostProcessor) and its PrevNextNodePostprocessor (1 node, both ways),
+  and Haystack's SentenceWindowRetriever (window 1), the last two over the same 300-character
+  chunks and embeddings (``benchmarks/peers.py``);
 - ``window...``: this library over the same 300-character chunks.
 
 Also measured: ingestion throughput, the whole ingest path (split + ``sync_file`` into Chroma)
@@ -198,7 +202,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     documents, rows = load_locomo(args.conversations, args.questions)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    questions_file = out / "locomo-questions.jsonl"
+    Path(args.cache).mkdir(parents=True, exist_ok=True)
+    questions_file = Path(args.cache) / "locomo-questions.jsonl"  # derived data: never in the repo
     questions_file.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
     questions, problems = read_questions(questions_file)
     print(
@@ -229,6 +234,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         extra["plain-large (top 3 of B/3)"] = top3_large
         extra["parent-doc (300 / 1200)"] = parent_document(documents)
+        from peers import haystack_sentence_window, llama_prev_next, llama_sentence_window
+
+        extra["llamaindex sentence-window (3)"] = llama_sentence_window(documents)
+        extra["llamaindex prev-next (1, both)"] = llama_prev_next(store)
+        extra["haystack sentence-window (1)"] = haystack_sentence_window(store)
     print(
         f"stores ready in {time.perf_counter() - began:.0f} s ({chunks} chunks of 300 characters)"
     )

@@ -11,7 +11,8 @@ from window_retriever._errors import (
     MissingWindowMetadataError,
     WindowRetrieverError,
 )
-from window_retriever._ingest import add_chunks
+from window_retriever._eval import evaluate, read_questions
+from window_retriever._ingest import add_chunks, sync_file
 from window_retriever._retriever import ContextWindowRetriever
 from window_retriever._splitter import WindowSplitter
 from window_retriever._stores import ChromaWindowStore, Fetch, Search, WindowStore
@@ -31,4 +32,7 @@ __all__ = [
     "__version__",
     "add_chunks",
     "default_embeddings",
+    "evaluate",
+    "read_questions",
+    "sync_file",
 ]

@@ -63,7 +63,7 @@ class MiniLMEmbeddings(Embeddings):
 
         Pass it as ``length_function`` to give window budgets in tokens.
         """
-        return len(_tokenizer().encode(text, add_special_tokens=False).ids)
+        return len(_tokenizer(truncate=False).encode(text, add_special_tokens=False).ids)
 
 
 def default_embeddings() -> MiniLMEmbeddings:
@@ -145,12 +145,16 @@ def _verify(model_path: Path) -> None:
         raise WindowRetrieverError(msg)
 
 
-@lru_cache(maxsize=1)
-def _tokenizer() -> Any:
+@lru_cache(maxsize=2)
+def _tokenizer(*, truncate: bool = True) -> Any:
+    """The model's tokenizer: truncating at the model's limit for embedding, or not for counting."""
     from tokenizers import Tokenizer
 
     data = resources.files("window_retriever").joinpath("_data/minilm-tokenizer.json")
     tokenizer = Tokenizer.from_str(data.read_text(encoding="utf-8"))
-    tokenizer.enable_truncation(max_length=MAX_TOKENS)
+    if truncate:
+        tokenizer.enable_truncation(max_length=MAX_TOKENS)
+    else:
+        tokenizer.no_truncation()
     tokenizer.no_padding()
     return tokenizer

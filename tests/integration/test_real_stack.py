@@ -94,3 +94,8 @@ def test_token_budgets(pages: Pages) -> None:
         if len(doc.metadata["hit_chunk_ids"]) == 1 and len(doc.metadata["chunk_ids"]) > 1:
             assert count(doc.page_content) <= 200
     assert any(len(d.metadata["chunk_ids"]) > 1 for d in docs)
+
+
+def test_token_counts_are_not_truncated_at_the_models_limit() -> None:
+    count = default_embeddings().count_tokens
+    assert count("word " * 1000) == 1000

@@ -33,7 +33,7 @@ def fails(argv: list[str], capsys: pytest.CaptureFixture[str], status: int = 2) 
 
 
 def test_every_command_has_help_and_is_in_the_readme(capsys: pytest.CaptureFixture[str]) -> None:
-    assert set(commands()) == {"ingest", "query", "demo"}
+    assert set(commands()) == {"ingest", "query", "eval", "demo"}
     for name, parser in commands().items():
         assert parser.description
         with pytest.raises(SystemExit) as exit_:
