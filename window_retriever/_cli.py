@@ -235,8 +235,8 @@ def _window_arguments(parser: argparse.ArgumentParser, *, k: int) -> None:
 
 
 def _ingest(args: argparse.Namespace) -> int:
-    from window_retriever._ingest import sync_file
-    from window_retriever._loaders import LoadOptions, expand, load_sources
+    from window_retriever._ingest import ingest_sources
+    from window_retriever._loaders import LoadOptions, expand
     from window_retriever._splitter import WindowSplitter
 
     metadata = _parse_metadata(args.metadata)
@@ -250,15 +250,16 @@ def _ingest(args: argparse.Namespace) -> int:
     specs = expand(args.sources)
     counts = dict.fromkeys(("added", "updated", "unchanged", "failed", "written", "removed"), 0)
     with _opened_for_writing(args) as store, _Progress(len(specs)) as progress:
-        for loaded in load_sources(specs, options):
-            if loaded.document is None:
+        results = ingest_sources(
+            store, specs, splitter=window_splitter, options=options, metadata=metadata
+        )
+        for result in results:
+            outcome = result.outcome
+            if outcome is None:
                 counts["failed"] += 1
-                progress.line(f"failed    {loaded.name}: {loaded.error}")
+                progress.line(f"failed    {result.name}: {result.error}")
                 progress.advance(0)
                 continue
-            loaded.document.metadata.update(metadata)
-            chunks = window_splitter.split_documents([loaded.document])
-            outcome = sync_file(store, chunks)
             counts[outcome.status] += 1
             counts["written"] += outcome.written
             counts["removed"] += outcome.removed
@@ -267,7 +268,7 @@ def _ingest(args: argparse.Namespace) -> int:
                 detail += ", nothing embedded"
             elif outcome.written != outcome.chunks or outcome.removed:
                 detail += f", {outcome.written} written, {outcome.removed} removed"
-            progress.line(f"{outcome.status:<9} {loaded.name}: {detail}")
+            progress.line(f"{outcome.status:<9} {result.name}: {detail}")
             progress.advance(outcome.written)
     ingested = counts["added"] + counts["updated"]
     print(
@@ -344,8 +345,8 @@ def _eval(args: argparse.Namespace) -> int:
 
 
 def _demo(args: argparse.Namespace) -> int:
-    from window_retriever._ingest import sync_file
-    from window_retriever._loaders import LoadOptions, expand, load_sources
+    from window_retriever._ingest import ingest_sources
+    from window_retriever._loaders import LoadOptions, expand
     from window_retriever._splitter import WindowSplitter
 
     pages = (
@@ -358,15 +359,16 @@ def _demo(args: argparse.Namespace) -> int:
             f"no example pages at {pages}; the demo needs a source checkout, or pass --pages DIR"
         )
     args.chroma_url, args.collection, args.wait = None, "demo", False
-    splitter = WindowSplitter()
     began = time.perf_counter()
     written = total = 0
     with _opened_for_writing(args) as store:
-        for loaded in load_sources(expand([str(pages)]), LoadOptions(selectors=["body"])):
-            if loaded.document is None:
-                raise CommandError(f"cannot load {loaded.name}: {loaded.error}")
-            outcome = sync_file(store, splitter.split_documents([loaded.document]))
-            written, total = written + outcome.written, total + outcome.chunks
+        sources = expand([str(pages)])
+        options = LoadOptions(selectors=["body"])
+        for result in ingest_sources(store, sources, splitter=WindowSplitter(), options=options):
+            if result.outcome is None:
+                raise CommandError(f"cannot load {result.name}: {result.error}")
+            written += result.outcome.written
+            total += result.outcome.chunks
     print(
         f"{total} chunks of the pages in {pages} are in {args.db}/ "
         f"({written} embedded now, {time.perf_counter() - began:.1f} s)"

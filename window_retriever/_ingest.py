@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -10,6 +10,8 @@ from langchain_core.documents import Document
 
 from window_retriever._errors import ConfigurationError
 from window_retriever._ids import CHUNK_ID, FILE_ID, FILE_VERSION
+from window_retriever._loaders import LoadOptions, load_sources
+from window_retriever._splitter import WindowSplitter
 
 _FALLBACK_BATCH_SIZE = 5000
 
@@ -128,3 +130,34 @@ def sync_file(
     else:
         status = "updated" if stored_versions else "added"
     return FileOutcome(status, len(chunks), len(todo), len(stale))
+
+
+@dataclass(frozen=True, slots=True)
+class SourceOutcome:
+    """One source of :func:`ingest_sources`: what syncing it did, or why it failed to load."""
+
+    name: str
+    outcome: FileOutcome | None = None
+    error: str | None = None
+
+
+def ingest_sources(
+    vectorstore: Any,
+    sources: Sequence[str],
+    *,
+    splitter: WindowSplitter,
+    options: LoadOptions,
+    metadata: Mapping[str, Any] | None = None,
+) -> Iterator[SourceOutcome]:
+    """Load, split and :func:`sync_file` each source (URL or file) in turn.
+
+    A source that cannot be loaded is yielded with its error and the others go on; ``metadata``
+    is stamped on every chunk.
+    """
+    for loaded in load_sources(sources, options):
+        if loaded.document is None:
+            yield SourceOutcome(loaded.name, error=loaded.error)
+            continue
+        loaded.document.metadata.update(metadata or {})
+        chunks = splitter.split_documents([loaded.document])
+        yield SourceOutcome(loaded.name, outcome=sync_file(vectorstore, chunks))
