@@ -1,4 +1,4 @@
-"""The ``window-retriever`` command: ingest sources, query them, run the demo.
+"""The ``window-retriever`` command: ingest sources, query them, evaluate, run the demo.
 
 Every error becomes one line on stderr and a non-zero exit status (``--debug`` shows the
 traceback). Exit status: 0 success, 1 some sources failed to ingest, 2 bad usage or an error.
@@ -19,7 +19,7 @@ from urllib.parse import urlsplit
 
 from langchain_core.documents import Document
 
-from window_retriever._errors import ConfigurationError, WindowRetrieverError
+from window_retriever._errors import WindowRetrieverError
 from window_retriever._version import __version__
 
 PROG = "window-retriever"
@@ -556,14 +556,10 @@ def _print_windows(docs: Sequence[Document], out: TextIO) -> None:
 
 
 def _highlight(text: str, spans: Sequence[Sequence[int]], mark: Callable[[str], str]) -> str:
-    merged: list[list[int]] = []
-    for start, end in sorted((int(s), int(e)) for s, e in spans):
-        if merged and start <= merged[-1][1]:
-            merged[-1][1] = max(merged[-1][1], end)
-        else:
-            merged.append([start, end])
+    from window_retriever._eval import merge_spans
+
     out, cursor = [], 0
-    for start, end in merged:
+    for start, end in merge_spans((int(s), int(e)) for s, e in spans):
         out += [text[cursor:start], mark(text[start:end])]
         cursor = end
     out.append(text[cursor:])
@@ -591,6 +587,6 @@ def _indent(text: str) -> str:
 def _one_line(error: BaseException) -> str:
     text = str(error).strip().splitlines()
     message = text[0] if text else type(error).__name__
-    if not isinstance(error, WindowRetrieverError | ConfigurationError):
+    if not isinstance(error, WindowRetrieverError):
         message = f"{type(error).__name__}: {message}"
     return message
