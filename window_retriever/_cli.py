@@ -308,7 +308,12 @@ def _query(args: argparse.Namespace) -> int:
 
 def _eval(args: argparse.Namespace) -> int:
     from window_retriever._embeddings import default_embeddings
-    from window_retriever._eval import count_store_calls, evaluate, parse_configs, read_questions
+    from window_retriever.evaluation import (
+        count_store_calls,
+        evaluate,
+        parse_configs,
+        read_questions,
+    )
 
     try:
         budgets = [int(b) for b in args.budgets.split(",") if b.strip()]
@@ -556,7 +561,7 @@ def _print_windows(docs: Sequence[Document], out: TextIO) -> None:
 
 
 def _highlight(text: str, spans: Sequence[Sequence[int]], mark: Callable[[str], str]) -> str:
-    from window_retriever._eval import merge_spans
+    from window_retriever.evaluation import merge_spans
 
     out, cursor = [], 0
     for start, end in merge_spans((int(s), int(e)) for s, e in spans):

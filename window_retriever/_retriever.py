@@ -9,10 +9,11 @@ and async paths drive it and differ by one ``await``.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Generator, Mapping
+from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
+import numpy as np
 from langchain_core.callbacks import (
     AsyncCallbackManagerForRetrieverRun,
     CallbackManagerForRetrieverRun,
@@ -21,6 +22,7 @@ from langchain_core.documents import Document
 from langchain_core.retrievers import BaseRetriever
 from pydantic import ConfigDict, Field, PrivateAttr, ValidationError, model_validator
 
+from window_retriever._adaptive import DEFAULT_COHERENCE, plan_adaptive_fetch, select_adaptive
 from window_retriever._errors import ConfigurationError, MissingWindowMetadataError
 from window_retriever._filters import Predicate, compile_where
 from window_retriever._ids import (
@@ -45,18 +47,36 @@ from window_retriever._windows import (
     Assembly,
     Chunk,
     Hit,
+    Measure,
     Mode,
     Position,
     Window,
     assemble,
     chunk_spans,
+    fit_total,
     plan_fetch,
     plan_needs,
 )
 
 logger = logging.getLogger("window_retriever")
 
-_OVERRIDABLE = ("k", "fetch_k", "window_budget", "mode", "filter", "where_document")
+DEFAULT_WINDOW_BUDGET = 1200
+"""Characters: about three chunks of the ingest command's default 400."""
+
+Expansion = Literal["static", "adaptive"]
+EXPANSIONS: tuple[Expansion, ...] = ("static", "adaptive")
+
+_OVERRIDABLE = (
+    "k",
+    "fetch_k",
+    "window_budget",
+    "total_budget",
+    "expansion",
+    "coherence",
+    "mode",
+    "filter",
+    "where_document",
+)
 # Fetch rounds per search: the first fetch nearly always suffices; each further round at
 # least extends every unfinished window, so this bound is never reached on real data.
 _MAX_FETCH_ROUNDS = 8
@@ -69,18 +89,29 @@ class _Params:
     k: int
     fetch_k: int
     window_budget: int
+    total_budget: int | None
+    expansion: Expansion
+    coherence: float
     mode: Mode
     filter: Mapping[str, Any] | None
     where_document: Mapping[str, Any] | None
 
 
 class ContextWindowRetriever(BaseRetriever):
-    """Retrieve chunks by similarity, then grow each into a readable window of its file.
+    """Retrieve chunks by similarity, then grow them into readable windows of their files.
 
-    Each hit grows outward, one neighbouring chunk at a time, while the window stays within
-    ``window_budget`` (measured by ``length_function``); windows of the same file that overlap
-    or touch merge into one document with the splitter's overlap trimmed. Exactly ``k``
-    documents come back (fewer only when the store has fewer), best first.
+    With ``total_budget``, the retriever fills one budget for the whole result: the lengths
+    of the returned documents (by ``length_function``) add up to at most ``total_budget``,
+    in at most ``k`` windows. With ``expansion="adaptive"`` (the default then) hits and their
+    neighbours compete for that budget by their similarity to the query, so windows grow
+    where the neighbours are relevant and stay one chunk where they are not; with
+    ``"static"`` each hit grows blindly up to ``window_budget`` while the total lasts. Either
+    way it costs exactly one search and one neighbour fetch.
+
+    Without ``total_budget`` each hit grows outward, one neighbouring chunk at a time, while
+    the window stays within ``window_budget``, and exactly ``k`` documents come back (fewer
+    only when the store has fewer). In every mode, windows of the same file that overlap or
+    touch merge into one document with the splitter's overlap trimmed, best first.
 
     Scores are distances, as the store reports them: **lower is better**. A window's
     ``score`` is the minimum distance of the hits inside it.
@@ -100,7 +131,7 @@ class ContextWindowRetriever(BaseRetriever):
             from window_retriever import ContextWindowRetriever, default_embeddings
 
             store = Chroma("docs", embedding_function=default_embeddings(), persist_directory="db")
-            retriever = ContextWindowRetriever(vectorstore=store, k=4, window_budget=1200)
+            retriever = ContextWindowRetriever(vectorstore=store, k=8, total_budget=2000)
 
     Invoke:
         .. code-block:: python
@@ -121,11 +152,27 @@ class ContextWindowRetriever(BaseRetriever):
     implements ``window_retriever.WindowStore``."""
 
     k: int = Field(default=4, strict=True)
-    """How many windows to return."""
+    """How many windows to return; with ``total_budget``, the most windows to return."""
 
-    window_budget: int = Field(default=1200, strict=True)
+    window_budget: int = Field(default=DEFAULT_WINDOW_BUDGET, strict=True)
     """The largest ``length_function`` of one grown window (characters by default). A hit
     longer than this comes back alone, whole; windows that merge may together exceed it."""
+
+    total_budget: int | None = Field(default=None, strict=True)
+    """The most that all returned windows may measure together, in the units of
+    ``length_function``. ``None`` (the default) returns ``k`` windows of up to
+    ``window_budget`` each. The one exception: when the best hit alone is longer than the
+    whole budget, it comes back alone and whole, with ``metadata["over_budget"] = True``."""
+
+    expansion: Expansion | None = None
+    """How windows grow within ``total_budget``: ``"adaptive"`` (the default with a total
+    budget) takes a neighbour only where its relevance to the query beats what the same
+    budget buys elsewhere; ``"static"`` grows each hit blindly to ``window_budget``, as
+    without a total budget. Adaptive needs a store that returns embeddings (Chroma does)."""
+
+    coherence: float = DEFAULT_COHERENCE
+    """Adaptive only: how much of its anchor's relevance a neighbour borrows (0 to 1). 0
+    gives plain top chunks; 1, blind growth. The default was chosen on two dev sets."""
 
     mode: Mode = "both"
     """Which way windows grow: ``"both"`` (after, before, after, ...), ``"next"`` or ``"prev"``."""
@@ -142,9 +189,9 @@ class ContextWindowRetriever(BaseRetriever):
     counter such as ``default_embeddings().count_tokens``."""
 
     fetch_k: int | None = Field(default=None, strict=True)
-    """How many candidates the similarity search returns; default ``4 * k``. More are taken
-    automatically when merging leaves fewer than ``k`` windows (each time at the cost of
-    another search and fetch: on real pages, nearby chunks often hit together)."""
+    """How many candidates the similarity search returns; default ``4 * k`` (``2 * k`` with
+    ``total_budget``). Without ``total_budget``, more are taken automatically when merging
+    leaves fewer than ``k`` windows (each time at the cost of another search and fetch)."""
 
     strict: bool = False
     """Raise ``MissingWindowMetadataError`` for a hit without window metadata, instead of
@@ -191,6 +238,99 @@ class ContextWindowRetriever(BaseRetriever):
 
     def _flow(self, query: str, params: _Params) -> Generator[Request, Any, list[Document]]:
         """The whole retrieval, as a generator of store requests (see the module docstring)."""
+        if not isinstance(query, str):
+            msg = f"the query must be a string, got {type(query).__name__}"
+            raise ConfigurationError(msg)
+        if params.total_budget is not None:
+            return (yield from self._budget_flow(query, params))
+        return (yield from self._window_flow(query, params))
+
+    def _budget_flow(self, query: str, params: _Params) -> Generator[Request, Any, list[Document]]:
+        """One search, one neighbour fetch, one budget for the whole result."""
+        total = params.total_budget
+        assert total is not None  # noqa: S101 - the caller checked
+        adaptive = params.expansion == "adaptive"
+        predicate = compile_where(params.filter) if params.where_document is None else None
+        fetch_where = None if predicate is not None else params.filter
+        found = yield Search(
+            query, params.fetch_k, params.filter, params.where_document, embeddings=adaptive
+        )
+        vectors: dict[str, Sequence[float]] = {}
+        if adaptive:
+            pairs = list(zip(found.documents, found.distances, strict=True))
+            for document, vector in zip(found.documents, found.embeddings, strict=True):
+                vectors[document.id or ""] = vector
+        else:
+            pairs = list(found)
+        hits = [self._hit(document, distance) for document, distance in pairs]
+        chunks: dict[Position, Chunk] = {}
+        for hit in hits:
+            if hit.chunk.position is not None:
+                chunks.setdefault(hit.chunk.position, hit.chunk)
+        measure = Measure(self.length_function)
+        if adaptive:
+            wanted = plan_adaptive_fetch(
+                hits,
+                total_budget=total,
+                mode=params.mode,
+                length_function=self.length_function,
+                measure=measure,
+            )
+        else:
+            wanted = plan_fetch(
+                hits,
+                k=params.k,
+                budget=params.window_budget,
+                mode=params.mode,
+                length_function=self.length_function,
+                total_budget=total,
+                measure=measure,
+            )
+        wanted = [position for position in wanted if position not in chunks]
+        if wanted:
+            ids = {make_chunk_id(*position): position for position in wanted}
+            fetched = yield Fetch(
+                list(ids), fetch_where, params.where_document, embeddings=adaptive
+            )
+            if adaptive:
+                for document, vector in zip(fetched.documents, fetched.embeddings, strict=True):
+                    vectors[document.id or ""] = vector
+                _admit(list(fetched.documents), ids, predicate, chunks)
+            else:
+                _admit(fetched, ids, predicate, chunks)
+        if adaptive:
+            relevance = _similarities(found.query_embedding, chunks, hits, vectors)
+            windows, over = select_adaptive(
+                hits,
+                chunks,
+                relevance,
+                k=params.k,
+                total_budget=total,
+                window_budget=params.window_budget,
+                mode=params.mode,
+                length_function=self.length_function,
+                coherence=params.coherence,
+                measure=measure,
+            )
+        else:
+            windows = assemble(
+                hits,
+                chunks,
+                set(chunks) | set(wanted),
+                k=params.k,
+                budget=params.window_budget,
+                mode=params.mode,
+                length_function=self.length_function,
+                total_budget=total,
+                measure=measure,
+            ).windows
+            over = len(windows) == 1 and measure.run(windows[0].chunks) > total
+        if not over:
+            windows = fit_total(windows, total, self.length_function)
+        return [_document(window, over_budget=over) for window in windows]
+
+    def _window_flow(self, query: str, params: _Params) -> Generator[Request, Any, list[Document]]:
+        """``k`` windows of up to ``window_budget`` each (no total budget)."""
         predicate = compile_where(params.filter) if params.where_document is None else None
         # A filter the evaluator cannot decide goes to the store with the fetch (slow, exact).
         fetch_where = None if predicate is not None else params.filter
@@ -203,12 +343,14 @@ class ContextWindowRetriever(BaseRetriever):
                 if hit.chunk.position is not None:
                     chunks.setdefault(hit.chunk.position, hit.chunk)
             fetched = set(chunks)
+            measure = Measure(self.length_function)
             wanted = plan_fetch(
                 hits,
                 k=params.k,
                 budget=params.window_budget,
                 mode=params.mode,
                 length_function=self.length_function,
+                measure=measure,
             )
             assembly: Assembly | None = None
             for _ in range(_MAX_FETCH_ROUNDS):
@@ -226,6 +368,7 @@ class ContextWindowRetriever(BaseRetriever):
                     budget=params.window_budget,
                     mode=params.mode,
                     length_function=self.length_function,
+                    measure=measure,
                 )
                 if assembly.complete:
                     break
@@ -248,9 +391,34 @@ class ContextWindowRetriever(BaseRetriever):
         budget = _positive_int(
             "window_budget", values["window_budget"], "the largest length of one window"
         )
+        total_budget = values["total_budget"]
+        if total_budget is not None:
+            total_budget = _positive_int(
+                "total_budget", total_budget, "the most all windows may measure together"
+            )
+        expansion = values["expansion"]
+        if expansion is None:
+            expansion = "adaptive" if total_budget is not None else "static"
+        if expansion not in EXPANSIONS:
+            msg = f"expansion must be one of {', '.join(map(repr, EXPANSIONS))}, got {expansion!r}"
+            raise ConfigurationError(msg)
+        if expansion == "adaptive" and total_budget is None:
+            msg = (
+                "expansion='adaptive' shares one budget between windows: give total_budget "
+                "(e.g. total_budget=2000), or use expansion='static'"
+            )
+            raise ConfigurationError(msg)
+        coherence = values["coherence"]
+        if (
+            isinstance(coherence, bool)
+            or not isinstance(coherence, int | float)
+            or not 0.0 <= coherence <= 1.0
+        ):
+            msg = f"coherence must be a number from 0 to 1, got {coherence!r}"
+            raise ConfigurationError(msg)
         fetch_k = values["fetch_k"]
         if fetch_k is None:
-            fetch_k = 4 * k
+            fetch_k = 2 * k if total_budget is not None else 4 * k
         elif _positive_int("fetch_k", fetch_k, "the number of search candidates") < k:
             msg = f"fetch_k must be at least k ({k}), got {fetch_k}; raise fetch_k or omit it"
             raise ConfigurationError(msg)
@@ -269,6 +437,9 @@ class ContextWindowRetriever(BaseRetriever):
             k=k,
             fetch_k=fetch_k,
             window_budget=budget,
+            total_budget=total_budget,
+            expansion=expansion,
+            coherence=float(coherence),
             mode=mode,
             filter=values["filter"],
             where_document=values["where_document"],
@@ -342,7 +513,27 @@ def _admit(
         chunks[position] = chunk
 
 
-def _document(window: Window) -> Document:
+def _similarities(
+    query: Sequence[float] | None,
+    chunks: Mapping[Position, Chunk],
+    hits: Sequence[Hit],
+    vectors: Mapping[str, Sequence[float]],
+) -> dict[str, float]:
+    """Cosine similarity to the query of every chunk whose stored embedding came back."""
+    if query is None:
+        return {}
+    ids = list(dict.fromkeys([*(c.id for c in chunks.values()), *(h.chunk.id for h in hits)]))
+    ids = [chunk_id for chunk_id in ids if len(vectors.get(chunk_id, ())) > 0]
+    if not ids:
+        return {}
+    matrix = np.asarray([vectors[chunk_id] for chunk_id in ids], dtype=np.float64)
+    q = np.asarray(query, dtype=np.float64)
+    norms = np.linalg.norm(matrix, axis=1) * max(float(np.linalg.norm(q)), 1e-12)
+    values = matrix @ q / np.clip(norms, 1e-12, None)
+    return {chunk_id: float(value) for chunk_id, value in zip(ids, values, strict=True)}
+
+
+def _document(window: Window, *, over_budget: bool = False) -> Document:
     """Turn a window into a Document with full provenance."""
     best = min(window.hits, key=lambda hit: hit.distance)
     metadata = {key: value for key, value in best.chunk.metadata.items() if key not in _CHUNK_KEYS}
@@ -366,6 +557,8 @@ def _document(window: Window) -> Document:
     if window.start_index is not None:
         metadata[START_INDEX] = window.start_index
         metadata["end_index"] = window.end_index
+    if over_budget:
+        metadata["over_budget"] = True
     document_id = (
         f"{first.file_id}:{first.index}-{last.index}" if first.file_id is not None else first.id
     )

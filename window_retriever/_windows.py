@@ -123,6 +123,94 @@ class Assembly:
         return not self.needs
 
 
+class Measure:
+    """Lengths of chunk texts and of the pieces that join them, each measured once.
+
+    A window's length is the length of its first chunk plus, for every later chunk, the
+    length of what that chunk adds (separator and text, the shared overlap trimmed), so that
+    growing a window by one chunk costs one measurement of one piece instead of the whole
+    text again. With ``len`` this is exact; with a token counter the pieces may tokenise a
+    word cut at a seam a little differently, so the final windows are measured whole once
+    (:func:`fit_total`).
+    """
+
+    __slots__ = ("_pieces", "_texts", "length_function")
+
+    def __init__(self, length_function: LengthFunction) -> None:
+        self.length_function = length_function
+        self._texts: dict[tuple[str, str | None], int] = {}
+        self._pieces: dict[tuple[str, str, str | None], int] = {}
+
+    def text(self, chunk: Chunk) -> int:
+        """The length of ``chunk``'s whole text."""
+        key = (chunk.id, chunk.version)
+        if key not in self._texts:
+            self._texts[key] = _length(self.length_function, chunk.text)
+        return self._texts[key]
+
+    def piece(self, before: Chunk, after: Chunk) -> int:
+        """The length that ``after`` adds when it follows ``before`` in a window."""
+        key = (before.id, after.id, after.version)
+        if key not in self._pieces:
+            overlap, separator = _seam(before, after)
+            text = separator + after.text[overlap:]
+            self._pieces[key] = _length(self.length_function, text) if text else 0
+        return self._pieces[key]
+
+    def run(self, chunks: Sequence[Chunk]) -> int:
+        """The length of ``join_texts(chunks)``, from cached pieces."""
+        if not chunks:
+            return 0
+        return self.text(chunks[0]) + sum(
+            self.piece(before, after) for before, after in itertools.pairwise(chunks)
+        )
+
+    def join(self, chunks: Sequence[Chunk]) -> str:
+        """The window text of ``chunks`` (see :func:`join_texts`)."""
+        return join_texts(chunks)
+
+
+def _length(length_function: LengthFunction, text: str) -> int:
+    value: Any = length_function(text)
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, bool) or not isinstance(value, int):
+        msg = (
+            f"length_function must return an int (a count of characters or tokens), "
+            f"got {value!r} of type {type(value).__name__}"
+        )
+        raise TypeError(msg)
+    return value
+
+
+def fit_total(
+    windows: Sequence[Window], total_budget: int, length_function: LengthFunction
+) -> list[Window]:
+    """Measure each window whole, once, and trim the result to ``total_budget``.
+
+    Incremental measures are exact for ``len``; a token counter may count a window a token
+    or two longer whole than in pieces. Then chunks that hold no hit are dropped from the
+    far end of the lowest-ranked windows, and windows after that, until the sum fits.
+    """
+    kept = list(windows)
+    lengths = [_length(length_function, window.text) for window in kept]
+    while len(kept) > 1 and sum(lengths) > total_budget:
+        last = kept[-1]
+        hit_ids = {hit.chunk.id for hit in last.hits}
+        chunks = list(last.chunks)
+        while chunks and chunks[-1].id not in hit_ids:
+            chunks.pop()
+        while chunks and chunks[0].id not in hit_ids:
+            chunks.pop(0)
+        if chunks and len(chunks) < len(last.chunks):
+            trimmed = Window(chunks=tuple(chunks), hits=last.hits, text=join_texts(chunks))
+            kept[-1], lengths[-1] = trimmed, _length(length_function, trimmed.text)
+        else:
+            kept.pop()
+            lengths.pop()
+    return kept
+
+
 def plan_fetch(
     hits: Sequence[Hit],
     *,
@@ -130,6 +218,8 @@ def plan_fetch(
     budget: int,
     mode: Mode,
     length_function: LengthFunction,
+    total_budget: int | None = None,
+    measure: Measure | None = None,
 ) -> list[Position]:
     """Return the neighbour positions that the top hits may need, in one batch.
 
@@ -137,12 +227,16 @@ def plan_fetch(
     holds, at the typical chunk length, plus one (to learn that the next one does not fit).
     Hits are planned in rank order until ``k`` of them are far enough apart that their windows
     cannot merge: those are the ones that will become the ``k`` windows; the hits near them
-    may be absorbed or merged, and are planned too.
+    may be absorbed or merged, and are planned too. With a ``total_budget``, planning also
+    stops once the planned windows would fill it, and no hit reaches further than it allows.
     """
+    measure = measure or Measure(length_function)
     windowable = [hit for hit in hits if hit.chunk.position is not None]
     if not windowable:
         return []
-    lengths = {hit.chunk.id: length_function(hit.chunk.text) for hit in windowable}
+    if total_budget is not None:
+        budget = min(budget, total_budget)
+    lengths = {hit.chunk.id: measure.text(hit.chunk) for hit in windowable}
     typical = sorted(lengths.values())[len(lengths) // 2]
     step = max(1, int(typical * _STEP_FACTOR))
     directions = _DIRECTIONS[mode]
@@ -150,6 +244,7 @@ def plan_fetch(
     reaches: dict[str, list[tuple[int, int]]] = {}
     planned: dict[Position, None] = {}
     distinct = 0
+    filled = 0
     for hit in windowable:
         file_id, index = hit.chunk.position  # type: ignore[misc]
         left = max(0, budget - lengths[hit.chunk.id])
@@ -159,11 +254,12 @@ def plan_fetch(
         ranges = reaches.setdefault(file_id, [])
         if not any(lo <= other_hi + 1 and other_lo <= hi + 1 for other_lo, other_hi in ranges):
             distinct += 1
+            filled += max(lengths[hit.chunk.id], budget)
         ranges.append((lo, hi))
         for position in range(max(0, lo), hi + 1):
             if (file_id, position) not in known:
                 planned[(file_id, position)] = None
-        if distinct >= k:
+        if distinct >= k or (total_budget is not None and 2 * filled >= 3 * total_budget):
             break
     return list(planned)
 
@@ -191,6 +287,8 @@ def assemble(
     budget: int,
     mode: Mode,
     length_function: LengthFunction,
+    total_budget: int | None = None,
+    measure: Measure | None = None,
 ) -> Assembly:
     """Grow hits into at most ``k`` windows, merge those that touch, and rank them best first.
 
@@ -206,10 +304,16 @@ def assemble(
         budget: The largest ``length_function`` of a grown window.
         mode: ``"both"``, ``"next"`` or ``"prev"``.
         length_function: The measure of a text that ``budget`` limits.
+        total_budget: The most the windows may measure together. Each hit then grows within
+            what is left of it, a hit that no longer fits is passed over, and growth never
+            waits for another fetch (an unknown position is a gap). The best hit alone
+            comes back whole even when it is longer than the whole budget.
+        measure: A cache of lengths to share with the caller.
 
     Returns:
         The windows, best (minimum distance) first, and any positions still needed.
     """
+    measure = measure or Measure(length_function)
     windows: list[_Draft] = []
     needs: list[Need] = []
     for rank, hit in enumerate(hits):
@@ -219,10 +323,24 @@ def assemble(
             continue
         if len(windows) >= k:
             continue
-        draft = _grow(rank, hit, chunks, fetched, budget, mode, length_function, needs)
-        for other in [w for w in windows if w.touches(draft)]:
+        limit = budget
+        if total_budget is not None:
+            left = total_budget - sum(draft.length for draft in windows)
+            if windows and measure.text(hit.chunk) > left:
+                continue
+            limit = min(budget, left)
+        draft = _grow(
+            rank, hit, chunks, fetched, limit, mode, measure, None if total_budget else needs
+        )
+        touching = [w for w in windows if w.touches(draft)]
+        for other in touching:
+            draft = draft.merged(other, measure)
+        if total_budget is not None and windows:
+            kept = sum(w.length for w in windows if w not in touching)
+            if kept + draft.length > total_budget:
+                continue  # a merge that a token count makes longer: pass the hit over
+        for other in touching:
             windows.remove(other)
-            draft = draft.merged(other)
         windows.append(draft)
     ordered = sorted(windows, key=lambda draft: (draft.score, draft.first_rank))
     return Assembly(windows=[draft.freeze() for draft in ordered], needs=needs)
@@ -279,7 +397,7 @@ class _Draft:
 
     run: list[Chunk]
     hits: list[tuple[int, Hit]]
-    text: str
+    length: int
 
     @property
     def key(self) -> tuple[str | None, str | None, str | None]:
@@ -316,14 +434,14 @@ class _Draft:
             return False
         return self.lo <= other.hi + 1 and other.lo <= self.hi + 1
 
-    def merged(self, other: _Draft) -> _Draft:
+    def merged(self, other: _Draft, measure: Measure) -> _Draft:
         by_index = {chunk.index: chunk for chunk in [*self.run, *other.run]}
         run = [by_index[index] for index in sorted(by_index)]  # type: ignore[type-var]
-        return _Draft(run=run, hits=self.hits + other.hits, text=join_texts(run))
+        return _Draft(run=run, hits=self.hits + other.hits, length=measure.run(run))
 
     def freeze(self) -> Window:
         hits = tuple(hit for _, hit in sorted(self.hits, key=lambda pair: pair[0]))
-        return Window(chunks=tuple(self.run), hits=hits, text=self.text)
+        return Window(chunks=tuple(self.run), hits=hits, text=join_texts(self.run))
 
 
 def _grow(
@@ -333,11 +451,11 @@ def _grow(
     fetched: Set[Position],
     budget: int,
     mode: Mode,
-    length_function: LengthFunction,
-    needs: list[Need],
+    measure: Measure,
+    needs: list[Need] | None,
 ) -> _Draft:
     start = hit.chunk
-    draft = _Draft(run=[start], hits=[(rank, hit)], text=start.text)
+    draft = _Draft(run=[start], hits=[(rank, hit)], length=measure.text(start))
     if start.position is None:
         return draft
     file_id = start.file_id
@@ -350,24 +468,24 @@ def _grow(
             position = (file_id, index)
             neighbour = chunks.get(position)
             if index < 0 or neighbour is None or neighbour.version != start.version:
-                if index >= 0 and neighbour is None and position not in fetched:
-                    left = budget - length_function(draft.text)
-                    shortest = min(length_function(c.text) for c in draft.run)
+                unknown = index >= 0 and neighbour is None and position not in fetched
+                if needs is not None and unknown:
+                    left = budget - draft.length
+                    shortest = min(measure.text(c) for c in draft.run)
                     needs.append(Need(position, direction, left // max(1, shortest) + 1))
                 active.remove(direction)
                 continue
             if direction == "next":
-                overlap, separator = _seam(edge, neighbour)
-                text = draft.text + separator + neighbour.text[overlap:]
+                length = draft.length + measure.piece(edge, neighbour)
             else:
-                overlap, separator = _seam(neighbour, edge)
-                text = neighbour.text + separator + draft.text[overlap:]
-            if length_function(text) > budget:
+                length = draft.length - measure.text(edge)
+                length += measure.text(neighbour) + measure.piece(neighbour, edge)
+            if length > budget:
                 active.remove(direction)
                 continue
             if direction == "next":
                 draft.run.append(neighbour)
             else:
                 draft.run.insert(0, neighbour)
-            draft.text = text
+            draft.length = length
     return draft

@@ -14,7 +14,7 @@ from langchain_core.documents import Document
 from langchain_text_splitters import RecursiveCharacterTextSplitter
 
 from window_retriever import ConfigurationError, WindowSplitter, add_chunks
-from window_retriever._eval import (
+from window_retriever.evaluation import (
     Piece,
     Question,
     build_context,
@@ -154,9 +154,17 @@ def test_bad_lines_are_reported_by_number_and_skipped(tmp_path: Path) -> None:
 
 
 def test_configurations_parse_and_bad_ones_are_named() -> None:
-    configs = parse_configs("plain,window,window:budget=300;mode=next")
+    configs = parse_configs("plain,window,window:window_budget=300;mode=next;expansion=static")
     assert [c.kind for c in configs] == ["plain", "window", "window"]
-    assert dict(configs[2].options) == {"budget": "300", "mode": "next"}
+    assert dict(configs[2].options) == {
+        "window_budget": "300",
+        "mode": "next",
+        "expansion": "static",
+    }
+    with pytest.raises(ConfigurationError, match=r"budget= is now window_budget="):
+        parse_configs("window:budget=300")
+    with pytest.raises(ConfigurationError, match="bad option 'mode=next' in configuration 'plain"):
+        parse_configs("plain:mode=next")
     with pytest.raises(ConfigurationError, match="unknown configuration 'bm25'"):
         parse_configs("plain,bm25")
     with pytest.raises(ConfigurationError, match="bad option 'size=3'"):
@@ -183,12 +191,13 @@ def test_evaluate_compares_configurations_at_equal_budgets(
         answer="topic 7",
         gold_spans=((start, start + 200),),
     )
-    report = evaluate(store, [question], configs="plain,window:budget=240", budgets=[200, 400])
+    configs = "plain,window:window_budget=240;expansion=static"
+    report = evaluate(store, [question], configs=configs, budgets=[200, 400])
     assert [(r.config, r.budget) for r in report.rows] == [
         ("plain", 200),
-        ("window:budget=240", 200),
+        ("window:window_budget=240;expansion=static", 200),
         ("plain", 400),
-        ("window:budget=240", 400),
+        ("window:window_budget=240;expansion=static", 400),
     ]
     for row in report.rows:
         assert row.characters <= row.budget

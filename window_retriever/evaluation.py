@@ -32,12 +32,12 @@ from langchain_core.documents import Document
 
 from window_retriever._errors import ConfigurationError
 from window_retriever._ids import FILE_ID, START_INDEX
+from window_retriever._retriever import DEFAULT_WINDOW_BUDGET, ContextWindowRetriever
 
 Span = tuple[int, int]
 
 DEFAULT_BUDGETS = (1000, 2000, 4000)
 DEFAULT_CONFIGS = "plain,window"
-DEFAULT_WINDOW_BUDGET = 600
 _BOOTSTRAP_SAMPLES = 2000
 
 
@@ -262,31 +262,52 @@ Retrieve = Callable[[Question, int], list[Piece]]
 
 @dataclass(frozen=True, slots=True)
 class Config:
-    """A named configuration, e.g. ``plain`` or ``window:budget=600,mode=next``."""
+    """A named configuration, e.g. ``plain`` or ``window:expansion=static;window_budget=600``."""
 
     name: str
     kind: str
     options: Mapping[str, str] = field(default_factory=dict)
 
 
+# The retriever's own argument names; ``total_budget`` defaults to the evaluation budget.
+WINDOW_OPTIONS = (
+    "k",
+    "fetch_k",
+    "window_budget",
+    "total_budget",
+    "expansion",
+    "coherence",
+    "mode",
+)
+_WINDOW_HELP = (
+    "window[:total_budget=N|none;expansion=adaptive|static;window_budget=N;"
+    "mode=both|prev|next;k=N;fetch_k=N;coherence=X]"
+)
+
+
 def parse_configs(text: str | Sequence[str]) -> list[Config]:
-    """Parse ``"plain,window,window:budget=300;mode=next"`` (options after ``:``, by ``;``)."""
+    """Parse ``"plain,window,window:expansion=static;window_budget=600"``.
+
+    Options follow ``:`` and are separated by ``;``. A ``window`` configuration takes the
+    retriever's own argument names; ``total_budget`` defaults to each evaluation budget
+    (``total_budget=none`` gives ``k`` windows of ``window_budget`` each, cut at the budget).
+    """
     items = [t for t in (text.split(",") if isinstance(text, str) else text) if t.strip()]
     configs = []
     for item in items:
         kind, _, rest = item.strip().partition(":")
         if kind not in ("plain", "window"):
-            msg = (
-                f"unknown configuration {kind!r}; "
-                "use plain or window[:budget=N;mode=both|prev|next;k=N]"
-            )
+            msg = f"unknown configuration {kind!r}; use plain[:k=N] or {_WINDOW_HELP}"
             raise ConfigurationError(msg)
+        allowed = ("k",) if kind == "plain" else WINDOW_OPTIONS
         options: dict[str, str] = {}
         for pair in filter(None, rest.split(";")):
             key, sep, value = pair.partition("=")
-            if not sep or key not in ("budget", "mode", "k"):
+            if not sep or key not in allowed:
+                hint = " (budget= is now window_budget=)" if key == "budget" else ""
                 msg = (
-                    f"bad option {pair!r} in configuration {item!r}; options: budget=N, mode=M, k=N"
+                    f"bad option {pair!r} in configuration {item!r}{hint}; "
+                    f"options: {', '.join(f'{name}=...' for name in allowed)}"
                 )
                 raise ConfigurationError(msg)
             options[key] = value
@@ -307,22 +328,59 @@ def make_retrieve(config: Config, vectorstore: Any) -> Retrieve:
 
         return plain
 
-    from window_retriever._retriever import ContextWindowRetriever
-
-    window_budget = int(config.options.get("budget", DEFAULT_WINDOW_BUDGET))
-    mode = config.options.get("mode", "both")
-    retriever = ContextWindowRetriever(
-        vectorstore=vectorstore, window_budget=window_budget, mode=mode
-    )
+    options = dict(config.options)
+    fixed_total = options.pop("total_budget", None)
+    arguments: dict[str, Any] = {}
+    for key, value in options.items():
+        if key in ("k", "fetch_k", "window_budget"):
+            arguments[key] = _int_option(config, key, value)
+        elif key == "coherence":
+            arguments[key] = _float_option(config, key, value)
+        else:
+            arguments[key] = value
+    if fixed_total is not None and fixed_total.lower() != "none":
+        arguments["total_budget"] = _int_option(config, "total_budget", fixed_total)
+    retrievers: dict[int, ContextWindowRetriever] = {}
 
     def window(question: Question, budget: int) -> list[Piece]:
-        # Windows often stop short of their budget (the next chunk did not fit) and merge:
-        # ask for enough of them to fill the total budget; the context is cut at it anyway.
-        k = int(config.options.get("k", math.ceil(2 * budget / window_budget) + 1))
-        docs = retriever.invoke(question.question, k=k, filter=question.where)
+        retriever = retrievers.get(budget)
+        if retriever is None:
+            own = dict(arguments)
+            if fixed_total is None:
+                own["total_budget"] = budget
+            if "k" not in own:
+                own["k"] = k_for(budget, own)
+            retriever = retrievers[budget] = ContextWindowRetriever(vectorstore=vectorstore, **own)
+        docs = retriever.invoke(question.question, filter=question.where)
         return [_piece(doc) for doc in docs]
 
     return window
+
+
+def k_for(budget: int, arguments: Mapping[str, Any]) -> int:
+    """How many windows a configuration asks for at one evaluation budget, unless it says."""
+    if arguments.get("total_budget") is not None:
+        return max(4, budget // 200)  # the total budget binds, not k
+    # Windows often stop short of their budget and merge: ask for enough of them to fill
+    # the evaluation budget; the context is cut at it anyway.
+    window_budget = int(arguments.get("window_budget", DEFAULT_WINDOW_BUDGET))
+    return math.ceil(2 * budget / window_budget) + 1
+
+
+def _int_option(config: Config, key: str, value: str) -> int:
+    try:
+        return int(value)
+    except ValueError:
+        msg = f"option {key}={value!r} in configuration {config.name!r} must be a whole number"
+        raise ConfigurationError(msg) from None
+
+
+def _float_option(config: Config, key: str, value: str) -> float:
+    try:
+        return float(value)
+    except ValueError:
+        msg = f"option {key}={value!r} in configuration {config.name!r} must be a number"
+        raise ConfigurationError(msg) from None
 
 
 def _piece(document: Document) -> Piece:

