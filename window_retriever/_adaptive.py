@@ -46,7 +46,7 @@ from window_retriever._windows import (
     Window,
 )
 
-DEFAULT_COHERENCE = 0.5
+DEFAULT_COHERENCE = 0.6
 """Chosen on the two dev sets (LoCoMo and the Python documentation questions); see README."""
 
 # How far a window may grow on one side, in chunks, at most; the neighbour fetch asks for no

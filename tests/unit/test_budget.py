@@ -1,0 +1,273 @@
+"""total_budget on a real (in-memory) Chroma: one search, one fetch, never over the budget."""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from langchain_chroma import Chroma
+from langchain_core.documents import Document
+from langchain_core.embeddings import Embeddings
+from langchain_text_splitters import RecursiveCharacterTextSplitter
+
+from tests.conftest import StoreSpy
+from window_retriever import (
+    ConfigurationError,
+    ContextWindowRetriever,
+    Fetch,
+    Search,
+    WindowSplitter,
+    add_chunks,
+)
+
+SPEAKERS = ("Caroline", "Melanie")
+TOPICS = ("pottery", "camping", "adoption", "painting", "running", "guitar", "library", "garden")
+
+
+def turns(count: int, seed: int) -> str:
+    """A LoCoMo-like conversation: short turns, one topic each, runs of the same topic."""
+    rng = random.Random(seed)
+    lines, topic = [], rng.choice(TOPICS)
+    for i in range(count):
+        if rng.random() < 0.3:
+            topic = rng.choice(TOPICS)
+        lines.append(f"{SPEAKERS[i % 2]}: turn {i} I told you about {topic} and {topic} again.")
+    return "\n".join(lines)
+
+
+class KeywordEmbeddings(Embeddings):
+    """Bag of topic words: texts about the same topics are similar, others are not."""
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        return [self.embed_query(text) for text in texts]
+
+    def embed_query(self, text: str) -> list[float]:
+        vector = [float(text.count(topic)) for topic in TOPICS] + [0.1]
+        norm = math.sqrt(sum(v * v for v in vector))
+        return [v / norm for v in vector]
+
+
+def split(documents: list[Document], size: int = 120, overlap: int = 20) -> list[Document]:
+    splitter = RecursiveCharacterTextSplitter(
+        chunk_size=size, chunk_overlap=overlap, add_start_index=True
+    )
+    return WindowSplitter(splitter).split_documents(documents)
+
+
+@pytest.fixture
+def conversations(make_store: Callable[..., Chroma]) -> tuple[Chroma, list[Document]]:
+    store = make_store(KeywordEmbeddings())
+    documents = [
+        Document(page_content=turns(80, seed), metadata={"source": f"conv-{seed}"})
+        for seed in range(3)
+    ]
+    chunks = split(documents)
+    add_chunks(store, chunks)
+    return store, chunks
+
+
+@pytest.mark.parametrize("expansion", ["static", "adaptive"])
+@pytest.mark.parametrize("total", [300, 800, 2000])
+def test_one_search_one_fetch_and_never_over_budget_where_hits_merge(
+    conversations: tuple[Chroma, list[Document]],
+    spy_on: Callable[[Chroma], StoreSpy],
+    expansion: str,
+    total: int,
+) -> None:
+    store, _ = conversations
+    retriever = ContextWindowRetriever(
+        vectorstore=store, k=12, total_budget=total, expansion=expansion
+    )
+    spy = spy_on(store)
+    merged = 0
+    for topic in TOPICS:
+        spy.reset()
+        docs = retriever.invoke(f"what about {topic}?")
+        assert spy.calls == {"query": 1, "get": 1}, topic
+        assert sum(len(d.page_content) for d in docs) <= total
+        assert 1 <= len(docs) <= 12
+        merged += sum(len(d.metadata["hit_chunk_ids"]) > 1 for d in docs)
+        scores = [d.metadata["score"] for d in docs]
+        assert scores == sorted(scores)
+    assert merged > 0  # the data made hits merge, so the one-fetch rule was really tested
+
+
+def test_adaptive_grows_toward_relevant_neighbours_and_static_grows_blindly(
+    make_store: Callable[..., Chroma],
+) -> None:
+    # a run of turns about camping (one of them the best hit) among turns about pottery
+    lines = [f"Caroline: turn {i} about pottery and more pottery." for i in range(20)]
+    lines[8:14] = [f"Melanie: turn {i} camping and pottery." for i in range(8, 14)]
+    lines[12] = "Melanie: turn 12 camping, camping at the lake."
+    store = make_store(KeywordEmbeddings())
+    chunks = split([Document(page_content="\n".join(lines), metadata={"source": "c"})], 60, 0)
+    add_chunks(store, chunks)
+    camping = [c for c in chunks if "camping" in c.page_content]
+    run_length = len("\n".join(c.page_content for c in camping))
+
+    # the search finds one hit; the rest of the run can only come from growth
+    adaptive = ContextWindowRetriever(
+        vectorstore=store, k=1, fetch_k=1, total_budget=run_length + 10
+    )
+    docs = adaptive.invoke("camping")
+    assert [d.metadata["chunk_ids"] for d in docs] == [[c.metadata["chunk_id"] for c in camping]]
+
+    static = ContextWindowRetriever(
+        vectorstore=store, k=1, fetch_k=1, total_budget=run_length + 10, expansion="static"
+    )
+    blind = static.invoke("camping")[0]
+    assert "pottery and more pottery" in blind.page_content  # blind growth spends budget on it
+
+
+def test_a_hidden_chunk_never_comes_back_through_adaptive_growth(
+    make_store: Callable[..., Chroma],
+) -> None:
+    store = make_store(KeywordEmbeddings())
+    text = "\n".join(f"Melanie: turn {i} we went camping by the lake." for i in range(30))
+    chunks = split([Document(page_content=text, metadata={"source": "c"})], 60, 0)
+    for c in chunks:
+        c.metadata["level"] = "secret" if c.metadata["chunk_index"] % 5 == 2 else "public"
+    add_chunks(store, chunks)
+    secret = {c.metadata["chunk_id"] for c in chunks if c.metadata["level"] == "secret"}
+    for coherence in (0.5, 1.0):
+        retriever = ContextWindowRetriever(
+            vectorstore=store,
+            k=6,
+            total_budget=1500,
+            coherence=coherence,
+            filter={"level": "public"},
+        )
+        docs = retriever.invoke("camping")
+        for doc in docs:
+            ids = doc.metadata["chunk_ids"]
+            assert not secret & set(ids)
+            indexes = [int(i.rsplit(":", 1)[1]) for i in ids]
+            assert indexes == list(range(indexes[0], indexes[-1] + 1))
+
+
+def test_where_document_applies_to_adaptive_neighbours(make_store: Callable[..., Chroma]) -> None:
+    store = make_store(KeywordEmbeddings())
+    lines = [f"Melanie: turn {i} we went camping by the lake." for i in range(12)]
+    lines[5] = "Melanie: turn 5 we went camping, FORBIDDEN words here by the lake."
+    chunks = split([Document(page_content="\n".join(lines), metadata={"source": "c"})], 60, 0)
+    add_chunks(store, chunks)
+    retriever = ContextWindowRetriever(
+        vectorstore=store,
+        k=4,
+        total_budget=2000,
+        coherence=1.0,
+        where_document={"$not_contains": "FORBIDDEN"},
+    )
+    docs = retriever.invoke("camping")
+    assert docs
+    assert all("FORBIDDEN" not in d.page_content for d in docs)
+    for doc in docs:
+        indexes = [int(i.rsplit(":", 1)[1]) for i in doc.metadata["chunk_ids"]]
+        assert not (min(indexes) < 5 < max(indexes))
+
+
+def test_a_best_hit_longer_than_the_whole_budget_comes_back_alone(
+    conversations: tuple[Chroma, list[Document]],
+) -> None:
+    store, _ = conversations
+    for expansion in ("static", "adaptive"):
+        docs = ContextWindowRetriever(
+            vectorstore=store, total_budget=20, expansion=expansion
+        ).invoke("pottery")
+        assert len(docs) == 1
+        assert docs[0].metadata["over_budget"] is True
+        assert len(docs[0].metadata["chunk_ids"]) == 1
+        assert len(docs[0].page_content) > 20
+
+
+def test_token_budgets_hold_with_any_length_function(
+    conversations: tuple[Chroma, list[Document]],
+) -> None:
+    store, _ = conversations
+
+    def words(text: str) -> int:
+        return len(text.split())
+
+    for expansion in ("static", "adaptive"):
+        retriever = ContextWindowRetriever(
+            vectorstore=store,
+            k=10,
+            total_budget=120,
+            window_budget=60,
+            expansion=expansion,
+            length_function=words,
+        )
+        for topic in TOPICS:
+            docs = retriever.invoke(topic)
+            assert sum(words(d.page_content) for d in docs) <= 120
+
+
+def test_total_budget_per_call_and_without_it_nothing_changes(
+    conversations: tuple[Chroma, list[Document]],
+) -> None:
+    store, _ = conversations
+    retriever = ContextWindowRetriever(vectorstore=store, k=3, window_budget=300)
+    plain_windows = retriever.invoke("garden")
+    assert len(plain_windows) == 3
+    assert "over_budget" not in plain_windows[0].metadata
+    budgeted = retriever.invoke("garden", total_budget=250)
+    assert sum(len(d.page_content) for d in budgeted) <= 250
+    assert retriever.invoke("garden") == plain_windows
+
+
+async def test_async_gives_the_same_budgeted_windows(
+    conversations: tuple[Chroma, list[Document]],
+) -> None:
+    store, _ = conversations
+    retriever = ContextWindowRetriever(vectorstore=store, k=8, total_budget=900)
+    for topic in TOPICS[:3]:
+        assert await retriever.ainvoke(topic) == retriever.invoke(topic)
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        ({"expansion": "adaptive"}, r"expansion='adaptive' shares one budget.*total_budget"),
+        ({"total_budget": 0}, r"total_budget \(the most all windows.*\) must be a positive"),
+        ({"total_budget": 100, "coherence": 1.5}, r"coherence must be a number from 0 to 1"),
+        ({"total_budget": 100, "expansion": "wide"}, r"expansion.*'static'.*'adaptive'"),
+    ],
+)
+def test_bad_budget_arguments_are_named(
+    conversations: tuple[Chroma, list[Document]], arguments: dict[str, Any], message: str
+) -> None:
+    store, _ = conversations
+    with pytest.raises(ConfigurationError, match=message):
+        ContextWindowRetriever(vectorstore=store, **arguments)
+    retriever = ContextWindowRetriever(vectorstore=store)
+    with pytest.raises(ConfigurationError, match=message):
+        retriever.invoke("pottery", **arguments)
+
+
+class SearchAndFetchOnly:
+    """A custom store with no embeddings to give: static works, adaptive says why not."""
+
+    def __init__(self, store: Chroma) -> None:
+        self.store = store
+
+    def search(self, request: Search) -> list[tuple[Document, float]]:
+        return self.store.similarity_search_with_score(request.query, k=request.k)
+
+    def fetch(self, request: Fetch) -> list[Document]:
+        return self.store.get_by_ids(list(request.ids))
+
+
+def test_a_store_without_embeddings_serves_static_and_names_the_fix_for_adaptive(
+    conversations: tuple[Chroma, list[Document]],
+) -> None:
+    store, _ = conversations
+    custom = SearchAndFetchOnly(store)
+    static = ContextWindowRetriever(vectorstore=custom, total_budget=500, expansion="static")
+    docs = static.invoke("camping")
+    assert docs and sum(len(d.page_content) for d in docs) <= 500
+    adaptive = ContextWindowRetriever(vectorstore=custom, total_budget=500)
+    with pytest.raises(ConfigurationError, match=r"SearchAndFetchOnly has no search_embedded"):
+        adaptive.invoke("camping")
