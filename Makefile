@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: demo test lint typecheck unit bench bench-locomo clean
+.PHONY: demo test lint typecheck unit bench bench-locomo bench-budget clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -38,6 +38,11 @@ bench: $(VENV)/.installed
 ## bench-locomo: windows against plain chunks and peers on LoCoMo (about 10 minutes)
 bench-locomo: $(VENV)/.installed
 	$(PY) benchmarks/locomo.py
+
+## bench-budget: one total budget, adaptive windows against plain and peers on both dev sets
+bench-budget: $(VENV)/.installed
+	$(PY) benchmarks/pydocs.py --check
+	$(PY) benchmarks/budget.py --out benchmarks/results/budget.json
 
 clean:
 	rm -rf $(VENV) demo-db .pytest_cache .mypy_cache .ruff_cache .hypothesis

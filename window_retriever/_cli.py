@@ -21,6 +21,7 @@ from langchain_core.documents import Document
 
 from window_retriever._errors import WindowRetrieverError
 from window_retriever._version import __version__
+from window_retriever._windows import DEFAULT_WINDOW_BUDGET
 
 PROG = "window-retriever"
 DEFAULT_DB = "chroma-db"
@@ -152,7 +153,9 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("questions", metavar="QUESTIONS.jsonl", help="one JSON object a line")
     _store_arguments(evaluate)
     evaluate.add_argument(
+        "--total-budgets",
         "--budgets",
+        dest="budgets",
         default="1000,2000,4000",
         metavar="N,N,...",
         help="total context budgets in characters (default: 1000,2000,4000)",
@@ -161,7 +164,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--configs",
         default="plain,window",
         metavar="C,C,...",
-        help="configurations: plain, window[:budget=N;mode=M;k=N] (default: plain,window)",
+        help=(
+            "configurations: plain, window[:total_budget=N|none;expansion=adaptive|static;"
+            "window_budget=N;mode=M;k=N;coherence=X] (default: plain,window; a window "
+            "configuration's total_budget is each of --total-budgets unless it says)"
+        ),
     )
     evaluate.add_argument(
         "--json", metavar="OUT", dest="json_out", help="write the results as JSON"
@@ -217,12 +224,26 @@ def _window_arguments(parser: argparse.ArgumentParser, *, k: int) -> None:
         "-k", type=int, default=k, metavar="N", help=f"windows to return (default: {k})"
     )
     parser.add_argument(
-        "--budget",
+        "--window-budget",
         type=int,
-        default=1200,
+        default=DEFAULT_WINDOW_BUDGET,
         metavar="N",
-        help="characters per window (default: 1200)",
+        help=f"the most characters of one window (default: {DEFAULT_WINDOW_BUDGET})",
     )
+    parser.add_argument(
+        "--total-budget",
+        type=int,
+        metavar="N",
+        help="the most characters of all windows together; -k is then the most windows "
+        "(default: none, -k windows of --window-budget each)",
+    )
+    parser.add_argument(
+        "--expansion",
+        choices=["adaptive", "static"],
+        help="with --total-budget: grow windows toward relevant neighbours (adaptive, the "
+        "default) or blindly to --window-budget (static)",
+    )
+    parser.add_argument("--budget", type=int, help=argparse.SUPPRESS)
     parser.add_argument(
         "--mode",
         choices=["both", "prev", "next"],
@@ -319,7 +340,7 @@ def _eval(args: argparse.Namespace) -> int:
         budgets = [int(b) for b in args.budgets.split(",") if b.strip()]
     except ValueError:
         raise CommandError(
-            f"--budgets takes whole numbers, e.g. 1000,2000,4000, got {args.budgets!r}"
+            f"--total-budgets takes whole numbers, e.g. 1000,2000,4000, got {args.budgets!r}"
         ) from None
     configs = parse_configs(args.configs)
     path = Path(args.questions)
@@ -405,8 +426,19 @@ def _demo(args: argparse.Namespace) -> int:
 def _retrieve(store: Any, args: argparse.Namespace, where: dict[str, Any] | None) -> list[Document]:
     from window_retriever._retriever import ContextWindowRetriever
 
+    if args.budget is not None:
+        raise CommandError(
+            "--budget is now --window-budget (the most characters of one window); "
+            "--total-budget N caps all windows together"
+        )
     retriever = ContextWindowRetriever(
-        vectorstore=store, k=args.k, window_budget=args.budget, mode=args.mode, filter=where
+        vectorstore=store,
+        k=args.k,
+        window_budget=args.window_budget,
+        total_budget=args.total_budget,
+        expansion=args.expansion,
+        mode=args.mode,
+        filter=where,
     )
     return retriever.invoke(args.question)
 

@@ -43,6 +43,7 @@ from window_retriever._stores import (
     store_adapter,
 )
 from window_retriever._windows import (
+    DEFAULT_WINDOW_BUDGET,
     MODES,
     Assembly,
     Chunk,
@@ -59,9 +60,6 @@ from window_retriever._windows import (
 )
 
 logger = logging.getLogger("window_retriever")
-
-DEFAULT_WINDOW_BUDGET = 1200
-"""Characters: about three chunks of the ingest command's default 400."""
 
 Expansion = Literal["static", "adaptive"]
 EXPANSIONS: tuple[Expansion, ...] = ("static", "adaptive")

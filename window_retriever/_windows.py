@@ -33,6 +33,9 @@ Position = tuple[str, int]
 
 MODES: tuple[Mode, ...] = ("both", "next", "prev")
 
+DEFAULT_WINDOW_BUDGET = 1200
+"""Characters: about three chunks of the ingest command's default 400."""
+
 _DIRECTIONS: dict[Mode, tuple[Direction, ...]] = {
     "both": ("next", "prev"),
     "next": ("next",),

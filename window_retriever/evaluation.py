@@ -32,7 +32,8 @@ from langchain_core.documents import Document
 
 from window_retriever._errors import ConfigurationError
 from window_retriever._ids import FILE_ID, START_INDEX
-from window_retriever._retriever import DEFAULT_WINDOW_BUDGET, ContextWindowRetriever
+from window_retriever._retriever import ContextWindowRetriever
+from window_retriever._windows import DEFAULT_WINDOW_BUDGET
 
 Span = tuple[int, int]
 

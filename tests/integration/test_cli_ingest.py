@@ -234,7 +234,7 @@ def test_query_prints_windows_and_json_under_a_tenant_filter(
                 str(db),
                 "-k",
                 "2",
-                "--budget",
+                "--window-budget",
                 "300",
                 "--filter",
                 '{"tenant": "a"}',
@@ -253,7 +253,7 @@ def test_query_prints_windows_and_json_under_a_tenant_filter(
                 str(db),
                 "-k",
                 "2",
-                "--budget",
+                "--window-budget",
                 "200",
                 "--filter",
                 '{"tenant": "b"}',
@@ -449,10 +449,10 @@ def test_eval_command_on_a_small_fixture(
             str(questions),
             "--db",
             str(db),
-            "--budgets",
+            "--total-budgets",
             "300,600",
             "--configs",
-            "plain,window:budget=250",
+            "plain,window:window_budget=250;expansion=static",
             "--json",
             str(out_json),
             "--plot",
@@ -468,13 +468,15 @@ def test_eval_command_on_a_small_fixture(
     lines = captured.out.splitlines()
     assert lines[0] == "2 questions, 1 lines skipped"
     assert lines[1].startswith("| config | budget | coverage |")
-    assert any(line.startswith("| window:budget=250 | 600 | ") for line in lines)
+    assert any(
+        line.startswith("| window:window_budget=250;expansion=static | 600 | ") for line in lines
+    )
     result = json.loads(out_json.read_text())
     assert {(r["config"], r["budget"]) for r in result["rows"]} == {
         ("plain", 300),
         ("plain", 600),
-        ("window:budget=250", 300),
-        ("window:budget=250", 600),
+        ("window:window_budget=250;expansion=static", 300),
+        ("window:window_budget=250;expansion=static", 600),
     }
     assert all(r["store_calls"] >= 1 for r in result["rows"])
     assert out_png.read_bytes()[:4] == b"\x89PNG"

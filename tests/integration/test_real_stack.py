@@ -99,3 +99,27 @@ def test_token_budgets(pages: Pages) -> None:
 def test_token_counts_are_not_truncated_at_the_models_limit() -> None:
     count = default_embeddings().count_tokens
     assert count("word " * 1000) == 1000
+
+
+def test_a_total_budget_on_the_real_model_costs_one_search_and_one_fetch(
+    pages: Pages, spy_on: Callable[[Chroma], StoreSpy]
+) -> None:
+    store, _, texts = pages
+    count = default_embeddings().count_tokens
+    spy = spy_on(store)
+    for expansion in ("adaptive", "static"):
+        for length_function, total in ((len, 1500), (count, 300)):
+            spy.reset()
+            docs = ContextWindowRetriever(
+                vectorstore=store,
+                k=12,
+                total_budget=total,
+                expansion=expansion,
+                length_function=length_function,
+            ).invoke(QUESTION)
+            assert spy.calls == {"query": 1, "get": 1}
+            assert sum(length_function(d.page_content) for d in docs) <= total
+            for doc in docs:  # every window is the exact text of its source span
+                source = texts[doc.metadata["source"]]
+                start, end = doc.metadata["start_index"], doc.metadata["end_index"]
+                assert " ".join(source[start:end].split()) == " ".join(doc.page_content.split())
