@@ -64,7 +64,7 @@ logger = logging.getLogger("window_retriever")
 Expansion = Literal["static", "adaptive"]
 EXPANSIONS: tuple[Expansion, ...] = ("static", "adaptive")
 
-_OVERRIDABLE = (
+OVERRIDABLE = (
     "k",
     "fetch_k",
     "window_budget",
@@ -377,14 +377,14 @@ class ContextWindowRetriever(BaseRetriever):
             fetch_k *= 2  # candidates merged into fewer than k windows: search wider
 
     def _params(self, overrides: Mapping[str, Any]) -> _Params:
-        unknown = sorted(set(overrides) - set(_OVERRIDABLE))
+        unknown = sorted(set(overrides) - set(OVERRIDABLE))
         if unknown:
             msg = (
                 f"unknown argument(s) {', '.join(map(repr, unknown))} for "
-                f"ContextWindowRetriever.invoke; allowed: {', '.join(_OVERRIDABLE)}"
+                f"ContextWindowRetriever.invoke; allowed: {', '.join(OVERRIDABLE)}"
             )
             raise ConfigurationError(msg)
-        values = {name: getattr(self, name) for name in _OVERRIDABLE} | dict(overrides)
+        values = {name: getattr(self, name) for name in OVERRIDABLE} | dict(overrides)
         k = _positive_int("k", values["k"], "the number of windows to return")
         budget = _positive_int(
             "window_budget", values["window_budget"], "the largest length of one window"

@@ -32,7 +32,7 @@ from langchain_core.documents import Document
 
 from window_retriever._errors import ConfigurationError
 from window_retriever._ids import FILE_ID, START_INDEX
-from window_retriever._retriever import ContextWindowRetriever
+from window_retriever._retriever import OVERRIDABLE, ContextWindowRetriever
 from window_retriever._windows import DEFAULT_WINDOW_BUDGET
 
 Span = tuple[int, int]
@@ -270,16 +270,9 @@ class Config:
     options: Mapping[str, str] = field(default_factory=dict)
 
 
-# The retriever's own argument names; ``total_budget`` defaults to the evaluation budget.
-WINDOW_OPTIONS = (
-    "k",
-    "fetch_k",
-    "window_budget",
-    "total_budget",
-    "expansion",
-    "coherence",
-    "mode",
-)
+# The retriever's own per-call argument names (filters come from each question);
+# ``total_budget`` defaults to the evaluation budget.
+WINDOW_OPTIONS = tuple(name for name in OVERRIDABLE if name not in ("filter", "where_document"))
 _WINDOW_HELP = (
     "window[:total_budget=N|none;expansion=adaptive|static;window_budget=N;"
     "mode=both|prev|next;k=N;fetch_k=N;coherence=X]"
