@@ -302,6 +302,7 @@ def _ingest(args: argparse.Namespace) -> int:
 
 
 def _query(args: argparse.Namespace) -> int:
+    _check_window_arguments(args)
     where = None
     if args.filter is not None:
         try:
@@ -371,6 +372,7 @@ def _eval(args: argparse.Namespace) -> int:
 
 
 def _demo(args: argparse.Namespace) -> int:
+    _check_window_arguments(args)
     from window_retriever._ingest import ingest_sources
     from window_retriever._loaders import LoadOptions, expand
     from window_retriever._splitter import WindowSplitter
@@ -423,14 +425,22 @@ def _demo(args: argparse.Namespace) -> int:
 # ---- helpers ----------------------------------------------------------------------------------
 
 
-def _retrieve(store: Any, args: argparse.Namespace, where: dict[str, Any] | None) -> list[Document]:
-    from window_retriever._retriever import ContextWindowRetriever
-
+def _check_window_arguments(args: argparse.Namespace) -> None:
+    """Refuse window options that cannot work, before any store is opened."""
     if args.budget is not None:
         raise CommandError(
             "--budget is now --window-budget (the most characters of one window); "
             "--total-budget N caps all windows together"
         )
+    if args.expansion == "adaptive" and args.total_budget is None:
+        raise CommandError(
+            "--expansion adaptive shares one budget between windows: give --total-budget N"
+        )
+
+
+def _retrieve(store: Any, args: argparse.Namespace, where: dict[str, Any] | None) -> list[Document]:
+    from window_retriever._retriever import ContextWindowRetriever
+
     retriever = ContextWindowRetriever(
         vectorstore=store,
         k=args.k,

@@ -100,14 +100,13 @@ def test_no_command_prints_usage_and_fails(capsys: pytest.CaptureFixture[str]) -
             "k (the number of windows to return) must be a positive integer, got 0",
         ),
         (
-            ["query", "q", "-k", "2", "--budget", "300"],
+            ["query", "q", "--budget", "300"],
             "--budget is now --window-budget (the most characters of one window); "
             "--total-budget N caps all windows together",
         ),
         (
-            ["query", "q", "-k", "2", "--expansion", "adaptive"],
-            "expansion='adaptive' shares one budget between windows: give total_budget "
-            "(e.g. total_budget=2000), or use expansion='static'",
+            ["demo", "--expansion", "adaptive"],
+            "--expansion adaptive shares one budget between windows: give --total-budget N",
         ),
     ],
 )
