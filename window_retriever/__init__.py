@@ -10,6 +10,7 @@ from window_retriever._embeddings import MiniLMEmbeddings, default_embeddings
 from window_retriever._errors import (
     ConfigurationError,
     MissingWindowMetadataError,
+    OwnershipError,
     WindowRetrieverError,
 )
 from window_retriever._ingest import add_chunks, sync_file
@@ -35,6 +36,7 @@ __all__ = [
     "Fetch",
     "MiniLMEmbeddings",
     "MissingWindowMetadataError",
+    "OwnershipError",
     "Search",
     "WindowRetrieverError",
     "WindowSplitter",

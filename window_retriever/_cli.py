@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
+import os
 import sys
 import time
 import traceback
@@ -110,7 +112,14 @@ def build_parser() -> argparse.ArgumentParser:
         type=float,
         default=20.0,
         metavar="SECONDS",
-        help="web request timeout (default: 20)",
+        help="the most seconds one web page may take in all (default: 20)",
+    )
+    ingest.add_argument(
+        "--max-size-mb",
+        type=float,
+        default=10.0,
+        metavar="MB",
+        help="refuse a page or file larger than this, decompressed (default: 10)",
     )
     ingest.add_argument(
         "--rate",
@@ -118,6 +127,12 @@ def build_parser() -> argparse.ArgumentParser:
         default=2.0,
         metavar="PER_SECOND",
         help="most requests a second to one host (default: 2)",
+    )
+    ingest.add_argument(
+        "--keep-missing",
+        action="store_true",
+        help="keep the stored files that are gone from (or empty in) a directory given again "
+        "(default: remove them, so the store matches the directory)",
     )
     ingest.add_argument(
         "--wait",
@@ -256,20 +271,33 @@ def _window_arguments(parser: argparse.ArgumentParser, *, k: int) -> None:
 
 
 def _ingest(args: argparse.Namespace) -> int:
-    from window_retriever._ingest import ingest_sources
-    from window_retriever._loaders import LoadOptions, expand
+    from window_retriever._ingest import OWNER_KEYS, ingest_sources, prune_missing
+    from window_retriever._loaders import LoadOptions, expand, is_url
     from window_retriever._splitter import WindowSplitter
 
     metadata = _parse_metadata(args.metadata)
     splitter = _splitter(args.chunk_size, args.chunk_overlap)
-    window_splitter = WindowSplitter(splitter, file_id_keys=("source", *sorted(metadata)))
+    # Owner keys (tenant, user, ...) namespace the file: one copy per owner. Any other
+    # metadata (access=secret) is part of the file's version: changing it replaces the chunks.
+    owners = sorted(key for key in metadata if key in OWNER_KEYS)
+    window_splitter = WindowSplitter(splitter, file_id_keys=("source", *owners))
+    if not all(math.isfinite(v) and v > 0 for v in (args.timeout, args.rate, args.max_size_mb)):
+        raise CommandError("--timeout, --rate and --max-size-mb must be positive numbers")
     options = LoadOptions(
-        selectors=args.selector, timeout=args.timeout, requests_per_second=args.rate
+        selectors=args.selector,
+        timeout=args.timeout,
+        requests_per_second=args.rate,
+        max_bytes=int(args.max_size_mb * 1024 * 1024),
     )
-    if args.timeout <= 0 or args.rate <= 0:
-        raise CommandError("--timeout and --rate must be positive numbers")
-    specs = expand(args.sources)
-    counts = dict.fromkeys(("added", "updated", "unchanged", "failed", "written", "removed"), 0)
+    try:
+        specs = expand(args.sources)
+    except ValueError as error:
+        raise CommandError(str(error)) from None
+    directories = [spec for spec in args.sources if not is_url(spec) and Path(spec).is_dir()]
+    counts = dict.fromkeys(
+        ("added", "updated", "unchanged", "failed", "written", "removed", "gone"), 0
+    )
+    present: set[str] = set()
     with _opened_for_writing(args) as store, _Progress(len(specs)) as progress:
         results = ingest_sources(
             store, specs, splitter=window_splitter, options=options, metadata=metadata
@@ -277,10 +305,13 @@ def _ingest(args: argparse.Namespace) -> int:
         for result in results:
             outcome = result.outcome
             if outcome is None:
+                if result.error not in _GONE:
+                    present.add(_resolved(result.name))  # failed now, kept as it was
                 counts["failed"] += 1
                 progress.line(f"failed    {result.name}: {result.error}")
                 progress.advance(0)
                 continue
+            present.add(_resolved(result.name))
             counts[outcome.status] += 1
             counts["written"] += outcome.written
             counts["removed"] += outcome.removed
@@ -291,12 +322,19 @@ def _ingest(args: argparse.Namespace) -> int:
                 detail += f", {outcome.written} written, {outcome.removed} removed"
             progress.line(f"{outcome.status:<9} {result.name}: {detail}")
             progress.advance(outcome.written)
+        if not args.keep_missing:
+            owner = {key: metadata[key] for key in owners}
+            for directory in directories:
+                for pruned in prune_missing(store, directory, present, where=_where(owner)):
+                    counts["gone"] += 1
+                    counts["removed"] += pruned.chunks
+                    progress.line(f"removed   {pruned.source}: gone ({pruned.chunks} chunks)")
     ingested = counts["added"] + counts["updated"]
     print(
         f"{len(specs)} sources: {ingested} ingested ({counts['added']} added, "
         f"{counts['updated']} updated), {counts['unchanged']} skipped (unchanged), "
-        f"{counts['failed']} failed; {counts['written']} chunks written, "
-        f"{counts['removed']} removed"
+        f"{counts['failed']} failed, {counts['gone']} gone (removed); "
+        f"{counts['written']} chunks written, {counts['removed']} removed"
     )
     return EXIT_SOURCES_FAILED if counts["failed"] else EXIT_OK
 
@@ -425,6 +463,27 @@ def _demo(args: argparse.Namespace) -> int:
 # ---- helpers ----------------------------------------------------------------------------------
 
 
+# Load errors that mean a file is no longer there to ingest: its stored chunks are pruned.
+_GONE = frozenset({"no such file or directory", "no text"})
+
+
+def _resolved(name: str) -> str:
+    """The absolute path a loaded file is stored under (a symlink loop stays as it is)."""
+    try:
+        return str(Path(name).resolve())
+    except (OSError, RuntimeError):
+        return os.path.abspath(name)
+
+
+def _where(values: dict[str, Any]) -> dict[str, Any] | None:
+    """A Chroma filter that all of ``values`` match (None for none)."""
+    if not values:
+        return None
+    if len(values) == 1:
+        return dict(values)
+    return {"$and": [{key: value} for key, value in values.items()]}
+
+
 def _check_window_arguments(args: argparse.Namespace) -> None:
     """Refuse window options that cannot work, before any store is opened."""
     if args.budget is not None:
@@ -531,7 +590,9 @@ def _store(args: argparse.Namespace, *, create: bool) -> Any:
         where = args.chroma_url
     else:
         directory = Path(args.db or DEFAULT_DB)
-        if not create and not directory.is_dir():
+        if directory.exists() and not directory.is_dir():
+            raise CommandError(f"--db {directory} is a file, not a store directory")
+        if not create and not (directory / "chroma.sqlite3").is_file():
             raise CommandError(
                 f"no store at {directory}/; run '{PROG} ingest ... --db {directory}' first"
             )

@@ -16,3 +16,7 @@ class MissingWindowMetadataError(WindowRetrieverError, ValueError):
 
     Raised only in strict mode; otherwise such a chunk is returned as it is, with a warning.
     """
+
+
+class OwnershipError(WindowRetrieverError, ValueError):
+    """Writing a file would replace chunks that another owner (tenant, user, ...) stored."""

@@ -37,6 +37,15 @@ def make_chunk_id(file_id: str, chunk_index: int) -> str:
     return f"{file_id}:{chunk_index}"
 
 
-def content_version(text: str) -> str:
-    """Return a short hash of a source text, stamped on its chunks as ``file_version``."""
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+def content_version(text: str, metadata: Mapping[str, Any] | None = None) -> str:
+    """Return a short hash of a source's text and metadata, stamped as ``file_version``.
+
+    The metadata is part of the version so that a change of it alone (an ``access`` level
+    going from public to secret) is a new version: re-ingesting replaces the stored chunks
+    instead of reporting the file unchanged and leaving the old metadata in force.
+    """
+    digest = hashlib.sha256(text.encode("utf-8"))
+    if metadata:
+        payload = json.dumps(dict(metadata), sort_keys=True, default=str, ensure_ascii=False)
+        digest.update(b"\0" + payload.encode("utf-8"))
+    return digest.hexdigest()[:16]

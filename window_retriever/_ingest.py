@@ -2,18 +2,35 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+import os
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal
 
 from langchain_core.documents import Document
 
-from window_retriever._errors import ConfigurationError
+from window_retriever._errors import ConfigurationError, OwnershipError
 from window_retriever._ids import CHUNK_ID, FILE_ID, FILE_VERSION
 from window_retriever._loaders import LoadOptions, load_sources
 from window_retriever._splitter import WindowSplitter
 
 _FALLBACK_BATCH_SIZE = 5000
+
+OWNER_KEYS = (
+    "tenant",
+    "tenant_id",
+    "owner",
+    "owner_id",
+    "user",
+    "user_id",
+    "namespace",
+    "org",
+    "org_id",
+    "organization",
+)
+"""Metadata keys that say whose a file is. :func:`sync_file` never replaces or deletes the
+chunks of a file whose stored value of one of these differs from the new chunks' value."""
 
 
 def add_chunks(
@@ -85,22 +102,35 @@ class FileOutcome:
 
 
 def sync_file(
-    vectorstore: Any, chunks: Sequence[Document], *, batch_size: int | None = None
+    vectorstore: Any,
+    chunks: Sequence[Document],
+    *,
+    batch_size: int | None = None,
+    owner_keys: Sequence[str] = OWNER_KEYS,
 ) -> FileOutcome:
     """Make the store hold exactly ``chunks`` for their file, embedding only what changed.
 
     ``chunks`` are all the chunks of one file, from ``WindowSplitter`` (one ``file_id``, one
     ``file_version``). The store's chunks of that file are read first (ids and metadata, no
-    embeddings). Then:
+    embeddings), together with any stored under the same ``source`` with another file id.
+    Then:
 
     - chunks already stored with this version are left alone (an unchanged file, or one whose
-      earlier ingest was killed half-way, costs no embedding for them);
+      earlier ingest was killed half-way, costs no embedding for them). The version hashes
+      the text *and* the metadata, so a changed ``access`` level is a new version;
     - the others are upserted under the same ids, so every position holds the old or the new
       version at every moment and the file is never missing (windows join only chunks of the
       hit's version, so a half-written file never yields a mixed window);
-    - last, chunks at positions the new version no longer has are deleted.
+    - last, chunks at positions the new version no longer has are deleted, and so are older
+      copies of the same ``source`` under another file id with the same owner (e.g. from an
+      ingest that put other metadata into the file id).
 
     A run killed at any point and run again converges to the same store, without duplicates.
+
+    Raises:
+        OwnershipError: The stored chunks of this file id have another value for one of
+            ``owner_keys`` (another tenant's copy of the same source): nothing is written.
+            Namespace the file id with ``WindowSplitter(file_id_keys=("tenant", "source"))``.
     """
     if not chunks:
         return FileOutcome("unchanged", 0, 0, 0)
@@ -113,14 +143,27 @@ def sync_file(
         raise ConfigurationError(msg)
     (file_id,) = file_ids
     (version,) = versions
-    stored = vectorstore.get(where={FILE_ID: file_id}, include=["metadatas"])
-    stored_versions = {
-        chunk_id: (metadata or {}).get(FILE_VERSION)
-        for chunk_id, metadata in zip(stored["ids"], stored["metadatas"], strict=True)
-    }
+    first = chunks[0].metadata
+    owner = {key: first.get(key) for key in owner_keys}
+    source = first.get("source")
+    where: dict[str, Any] = {FILE_ID: file_id}
+    if isinstance(source, str | int | float) and not isinstance(source, bool):
+        where = {"$or": [{FILE_ID: file_id}, {"source": source}]}
+    stored = vectorstore.get(where=where, include=["metadatas"])
+    stored_versions: dict[str, Any] = {}
+    copies: list[str] = []
+    for chunk_id, metadata in zip(stored["ids"], stored["metadatas"], strict=True):
+        metadata = metadata or {}
+        same_owner = all(metadata.get(key) == value for key, value in owner.items())
+        if metadata.get(FILE_ID) == file_id:
+            if not same_owner:
+                raise OwnershipError(_owner_message(str(file_id), source, metadata, owner))
+            stored_versions[chunk_id] = metadata.get(FILE_VERSION)
+        elif same_owner:
+            copies.append(chunk_id)  # the same source of the same owner under an old file id
     wanted = {chunk.metadata[CHUNK_ID] for chunk in chunks}
     todo = [chunk for chunk in chunks if stored_versions.get(chunk.metadata[CHUNK_ID]) != version]
-    stale = sorted(set(stored_versions) - wanted)
+    stale = sorted(set(stored_versions) - wanted) + sorted(copies)
     if todo:
         add_chunks(vectorstore, todo, batch_size=batch_size)
     if stale:
@@ -128,8 +171,24 @@ def sync_file(
     if not todo and not stale:
         status: Literal["added", "updated", "unchanged"] = "unchanged"
     else:
-        status = "updated" if stored_versions else "added"
+        status = "updated" if stored_versions or copies else "added"
     return FileOutcome(status, len(chunks), len(todo), len(stale))
+
+
+def _owner_message(
+    file_id: str, source: Any, stored: Mapping[str, Any], owner: Mapping[str, Any]
+) -> str:
+    differing = [key for key, value in owner.items() if stored.get(key) != value]
+    was = ", ".join(f"{key}={stored.get(key)!r}" for key in differing)
+    now = ", ".join(f"{key}={owner[key]!r}" for key in differing)
+    what = f"source {source!r}" if source is not None else f"file {file_id!r}"
+    return (
+        f"{what} is stored with {was}; syncing it with {now} would replace the other "
+        f"owner's chunks, so nothing was written. Keep one file per owner with "
+        f"WindowSplitter(file_id_keys=({', '.join(repr(k) for k in differing)}, 'source')) "
+        "(the ingest command does this for --metadata tenant=...), or delete the stored file "
+        "first"
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,8 +210,9 @@ def ingest_sources(
 ) -> Iterator[SourceOutcome]:
     """Load, split and :func:`sync_file` each source (URL or file) in turn.
 
-    A source that cannot be loaded is yielded with its error and the others go on; ``metadata``
-    is stamped on every chunk.
+    A source that cannot be loaded, or whose chunks may not be written (another owner's
+    file), is yielded with its error and the others go on; ``metadata`` is stamped on every
+    chunk.
     """
     for loaded in load_sources(sources, options):
         if loaded.document is None:
@@ -160,4 +220,58 @@ def ingest_sources(
             continue
         loaded.document.metadata.update(metadata or {})
         chunks = splitter.split_documents([loaded.document])
-        yield SourceOutcome(loaded.name, outcome=sync_file(vectorstore, chunks))
+        try:
+            outcome = sync_file(vectorstore, chunks)
+        except OwnershipError as error:
+            yield SourceOutcome(loaded.name, error=str(error))
+            continue
+        yield SourceOutcome(loaded.name, outcome=outcome)
+
+
+@dataclass(frozen=True, slots=True)
+class Pruned:
+    """A file that :func:`prune_missing` removed from the store."""
+
+    source: str
+    chunks: int
+
+
+def prune_missing(
+    vectorstore: Any,
+    directory: str | Path,
+    keep: Iterable[str],
+    *,
+    where: Mapping[str, Any] | None = None,
+    page_size: int = 5000,
+) -> list[Pruned]:
+    """Delete the stored files below ``directory`` whose source is not in ``keep``.
+
+    After a directory is ingested again, ``keep`` holds the sources that are still there (and
+    not empty): what else the store holds below the directory was deleted or emptied since,
+    and would otherwise go on answering queries. ``where`` restricts the pruning to one
+    owner's files (``{"tenant": "a"}``); other owners' copies are never touched. Metadata is
+    read page by page (no embeddings).
+    """
+    prefix = str(Path(directory).resolve()).rstrip(os.sep) + os.sep
+    kept = set(keep)
+    doomed: dict[str, list[str]] = {}
+    offset = 0
+    while True:
+        page = vectorstore.get(
+            where=dict(where) if where else None,
+            include=["metadatas"],
+            limit=page_size,
+            offset=offset,
+        )
+        for chunk_id, metadata in zip(page["ids"], page["metadatas"], strict=True):
+            source = (metadata or {}).get("source")
+            if isinstance(source, str) and source.startswith(prefix) and source not in kept:
+                doomed.setdefault(source, []).append(chunk_id)
+        if len(page["ids"]) < page_size:
+            break
+        offset += page_size
+    ids = [chunk_id for chunk_ids in doomed.values() for chunk_id in chunk_ids]
+    size = _max_batch_size(vectorstore)
+    for begin in range(0, len(ids), size):
+        vectorstore.delete(ids=ids[begin : begin + size])
+    return [Pruned(source, len(chunk_ids)) for source, chunk_ids in sorted(doomed.items())]

@@ -6,9 +6,12 @@ so that one bad source never stops the others.
 
 from __future__ import annotations
 
+import codecs
+import errno
 import html
 import os
 import re
+import stat
 import time
 import warnings
 from collections.abc import Iterable, Iterator, Sequence
@@ -26,6 +29,11 @@ HTML_SUFFIXES = frozenset({".html", ".htm", ".xhtml"})
 TEXT_SUFFIXES = frozenset({".txt", ".md", ".markdown", ".rst"})
 _HTML_TYPES = ("text/html", "application/xhtml+xml")
 _TITLE = re.compile(r"<title[^>]*>(.*?)</title>", re.IGNORECASE | re.DOTALL)
+_META_CHARSET = re.compile(rb"""<meta[^>]+charset\s*=\s*["']?([A-Za-z0-9_.:-]+)""", re.IGNORECASE)
+_FRONT_MATTER = re.compile(r"\A---[ \t]*\n(.*?\n)?---[ \t]*(\n|\Z)", re.DOTALL)
+_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+DEFAULT_MAX_BYTES = 10 * 1024 * 1024
+"""10 MiB: far above any real documentation page, far below what hurts (a gzip bomb)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,9 +50,12 @@ class LoadOptions:
 
     Args:
         selectors: CSS classes to keep (a ``SoupStrainer``); empty keeps the whole page.
-        timeout: Seconds to wait for a web server.
+        timeout: Seconds one web page may take in all: connecting, redirects and the whole
+            body (not each read).
         requests_per_second: The most requests a second to one host.
         user_agent: The ``User-Agent`` header sent with every request.
+        max_bytes: The largest page or file, in bytes after decompression; a larger one is
+            refused without reading the rest.
     """
 
     def __init__(
@@ -54,9 +65,11 @@ class LoadOptions:
         timeout: float = 20.0,
         requests_per_second: float = 2.0,
         user_agent: str = USER_AGENT,
+        max_bytes: int = DEFAULT_MAX_BYTES,
     ) -> None:
         self.selectors = tuple(selectors)
         self.timeout = timeout
+        self.max_bytes = max_bytes
         self.interval = 1.0 / requests_per_second if requests_per_second > 0 else 0.0
         self.user_agent = user_agent
 
@@ -67,9 +80,25 @@ def is_url(spec: str) -> bool:
 
 
 def expand(specs: Iterable[str]) -> list[str]:
-    """Expand directories into the HTML and text files below them, in a stable order."""
+    """Expand directories into the HTML and text files below them, in a stable order.
+
+    Web addresses lose their ``#fragment`` (it names a place in a page, not another page),
+    and a source given twice is loaded once.
+
+    Raises:
+        ValueError: A source is empty (often an unset shell variable): loading it would
+            mean the current directory.
+    """
     out: list[str] = []
     for spec in specs:
+        if not spec.strip():
+            msg = (
+                "a source is an empty string (an unset shell variable?); name a URL, a file "
+                "or a directory, e.g. '.' for the current directory"
+            )
+            raise ValueError(msg)
+        if is_url(spec):
+            spec = urlsplit(spec)._replace(fragment="").geturl()
         path = Path(spec)
         if not is_url(spec) and path.is_dir():
             files = sorted(
@@ -80,7 +109,7 @@ def expand(specs: Iterable[str]) -> list[str]:
             out.extend(str(p) for p in files)
         else:
             out.append(spec)
-    return out
+    return list(dict.fromkeys(out))
 
 
 def load_sources(specs: Sequence[str], options: LoadOptions) -> Iterator[Loaded]:
@@ -95,48 +124,70 @@ def load_sources(specs: Sequence[str], options: LoadOptions) -> Iterator[Loaded]
                 time.sleep(wait)
             session = session or _session(options)
             try:
-                yield _load_url(spec, options, *session)
+                yield _guarded(spec, _load_url, spec, options, *session)
             finally:
                 last_request[host] = time.monotonic()
         else:
-            yield load_file(Path(spec), options)
+            yield _guarded(spec, load_file, Path(spec), options)
+
+
+def _guarded(name: str, load: Any, *args: Any) -> Loaded:
+    """Run one loader; whatever goes wrong stays that source's failure."""
+    try:
+        return load(*args)  # type: ignore[no-any-return]
+    except Exception as error:
+        return Loaded(name, error=f"could not be loaded ({_root_cause(error)})")
 
 
 def load_file(path: Path, options: LoadOptions | None = None) -> Loaded:
-    """Load a local HTML or text file."""
+    """Load a local HTML or text file (regular files only, UTF-8, at most ``max_bytes``)."""
     options = options or LoadOptions()
     name = str(path)
-    if not path.exists():
+    try:
+        status = path.stat()
+    except OSError as error:
+        if error.errno == errno.ELOOP:
+            return Loaded(name, error="a symbolic link loop")
         return Loaded(name, error="no such file or directory")
+    if not stat.S_ISREG(status.st_mode):
+        return Loaded(name, error="not a regular file (a pipe, device or socket is not read)")
     if path.suffix.lower() not in HTML_SUFFIXES | TEXT_SUFFIXES:
         kinds = ", ".join(sorted(HTML_SUFFIXES | TEXT_SUFFIXES))
         return Loaded(name, error=f"not an HTML or text file (expected one of {kinds})")
+    if status.st_size > options.max_bytes:
+        return Loaded(name, error=_too_large(options.max_bytes))
     try:
-        raw = path.read_text(encoding="utf-8")
+        raw = path.read_bytes().decode("utf-8")
     except UnicodeDecodeError:
         return Loaded(name, error="not UTF-8 text")
     except OSError as error:
         return Loaded(name, error=f"cannot read: {error.strerror or error}")
     metadata: dict[str, Any] = {"source": str(path.resolve())}
     if path.suffix.lower() in HTML_SUFFIXES:
-        soup = _soup(raw, options.selectors)
         title = _soup(raw, ()).title
         if title is not None and title.get_text().strip():
-            metadata["title"] = title.get_text().strip()
+            metadata["title"] = " ".join(title.get_text().split())
+        soup = _soup(raw, options.selectors)
+        for element in soup.find_all(["title", "script", "style"]):
+            element.decompose()  # the title is metadata, not the first words of the text
         text = soup.get_text()
     else:
-        text = raw
+        text = raw.removeprefix("\ufeff")
+        if path.suffix.lower() in (".md", ".markdown"):
+            text = _FRONT_MATTER.sub("", text, count=1)
     return _finish(name, text, metadata, options)
 
 
 def clean_text(text: str) -> str:
     """Collapse the blank runs and trailing spaces that HTML leaves in extracted text."""
-    lines = [line.rstrip() for line in text.splitlines()]
+    lines = [line.rstrip() for line in text.removeprefix("\ufeff").splitlines()]
     return re.sub(r"\n{3,}", "\n\n", "\n".join(lines)).strip()
 
 
 def _finish(name: str, text: str, metadata: dict[str, Any], options: LoadOptions) -> Loaded:
     text = clean_text(text)
+    if len(_CONTROL.findall(text[:100_000])) > max(8, len(text[:100_000]) // 200):
+        return Loaded(name, error="binary content, not text")
     if not text:
         where = f" after --selector {' '.join(options.selectors)}" if options.selectors else ""
         return Loaded(name, error=f"no text{where}")
@@ -156,27 +207,84 @@ class _NotHTMLError(Exception):
     pass
 
 
+class _LimitError(Exception):
+    pass
+
+
 def _session(options: LoadOptions) -> tuple[Any, dict[str, str]]:
     import requests
 
+    class BoundedSession(requests.Session):
+        """Every page within one deadline and ``max_bytes``; its declared charset kept."""
+
+        final_url = ""
+
+        def request(self, method: str, url: str, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
+            deadline = time.monotonic() + options.timeout
+            kwargs["stream"] = True
+            response = super().request(method, url, *args, **kwargs)
+            self.final_url = urlsplit(response.url)._replace(fragment="").geturl()
+            if not response.ok:
+                return response
+            body = bytearray()
+            try:
+                while True:
+                    if time.monotonic() > deadline:
+                        raise _LimitError(f"timed out after {options.timeout:g} s")
+                    piece = response.raw.read1(65536, decode_content=True)
+                    if not piece:
+                        break
+                    body += piece
+                    if len(body) > options.max_bytes:
+                        raise _LimitError(_too_large(options.max_bytes))
+            finally:
+                response.close()
+            response._content = bytes(body)
+            response._content_consumed = True
+            response.encoding = _charset(response)
+            found = _TITLE.search(response.text[:200_000])
+            if found:  # kept here: a --selector strains the page before WebBaseLoader sees it
+                titles[self.final_url] = " ".join(html.unescape(found.group(1)).split())
+            return response
+
     def only_html(response: Any, *args: Any, **kwargs: Any) -> None:
-        if not response.ok:
-            return
+        if not response.ok or response.is_redirect:
+            return  # a redirect's own type does not matter, the page it leads to does
         kind = response.headers.get("Content-Type", "").split(";")[0].strip().lower()
         if kind not in _HTML_TYPES:
             raise _NotHTMLError(kind or "no content type")
-        # A --selector strains the page before WebBaseLoader looks for its <title>: keep it here.
-        found = _TITLE.search(response.text)
-        if found:
-            titles[response.url] = html.unescape(found.group(1)).strip()
 
-    session = requests.Session()
+    session = BoundedSession()
     titles: dict[str, str] = {}
     session.headers.update(
         {"User-Agent": options.user_agent, "Accept": "text/html,application/xhtml+xml;q=0.9"}
     )
     session.hooks["response"].append(only_html)
     return session, titles
+
+
+def _charset(response: Any) -> str:
+    """The declared charset (header, then ``<meta charset>``); a guess only without one."""
+    declared = "charset=" in response.headers.get("Content-Type", "").lower()
+    if declared and response.encoding:
+        return str(response.encoding)
+    found = _META_CHARSET.search(response.content[:4096])
+    if found:
+        name = found.group(1).decode("ascii", "replace")
+        try:
+            codecs.lookup(name)
+        except LookupError:
+            pass
+        else:
+            return name
+    return str(response.apparent_encoding or "utf-8")
+
+
+def _too_large(limit: int) -> str:
+    return (
+        f"larger than {limit / 1024 / 1024:g} MiB; raise the limit (LoadOptions(max_bytes=...) "
+        "or --max-size-mb) to ingest it"
+    )
 
 
 def _web_base_loader() -> Any:
@@ -204,11 +312,15 @@ def _load_url(url: str, options: LoadOptions, session: Any, titles: dict[str, st
         requests_kwargs={"timeout": options.timeout},
         raise_for_status=True,
         bs_kwargs=bs_kwargs,
+        default_parser="html.parser",
+        autoset_encoding=False,  # keep the charset the server or the page declares
     )
     try:
-        (document,) = loader.load()
+        soup = loader.scrape()
     except _NotHTMLError as error:
         return Loaded(url, error=f"not HTML (content type {error})")
+    except _LimitError as error:
+        return Loaded(url, error=str(error))
     except requests.HTTPError as error:
         response = error.response
         status = (
@@ -221,11 +333,64 @@ def _load_url(url: str, options: LoadOptions, session: Any, titles: dict[str, st
         return Loaded(url, error=f"cannot connect ({_root_cause(error)})")
     except requests.RequestException as error:
         return Loaded(url, error=f"request failed ({_root_cause(error)})")
-    metadata = {k: v for k, v in document.metadata.items() if isinstance(v, str)}
-    metadata["source"] = url
-    if "title" not in metadata and titles.get(url):
-        metadata["title"] = titles[url]
-    return _finish(url, document.page_content, metadata, options)
+    final = session.final_url or url
+    metadata: dict[str, Any] = {"source": final}  # the page's own address, after redirects
+    title = titles.get(final) or (soup.title.get_text() if soup.title else "")
+    if " ".join(title.split()):
+        metadata["title"] = " ".join(title.split())
+    language = soup.find("html")
+    if language is not None and isinstance(language.get("lang"), str):
+        metadata["language"] = language["lang"]
+    return _finish(url, _html_text(soup), metadata, options)
+
+
+_BLOCKS = [
+    "address",
+    "article",
+    "aside",
+    "blockquote",
+    "br",
+    "dd",
+    "div",
+    "dl",
+    "dt",
+    "figcaption",
+    "figure",
+    "footer",
+    "form",
+    "h1",
+    "h2",
+    "h3",
+    "h4",
+    "h5",
+    "h6",
+    "header",
+    "hr",
+    "li",
+    "main",
+    "nav",
+    "ol",
+    "p",
+    "pre",
+    "section",
+    "table",
+    "tbody",
+    "td",
+    "th",
+    "thead",
+    "tr",
+    "ul",
+]
+
+
+def _html_text(soup: Any) -> str:
+    """A page's text: the title and scripts left out, block elements on lines of their own."""
+    for element in soup.find_all(["title", "script", "style", "noscript", "template"]):
+        element.decompose()
+    for element in soup.find_all(_BLOCKS):
+        element.insert_before("\n")
+        element.insert_after("\n")
+    return str(soup.get_text())
 
 
 def _root_cause(error: BaseException) -> str:

@@ -82,7 +82,7 @@ def test_no_command_prints_usage_and_fails(capsys: pytest.CaptureFixture[str]) -
             "--chunk-overlap must be from 0 to less than --chunk-size (100), got 100",
         ),
         (["ingest", "x.txt", "--chunk-size", "0"], "--chunk-size must be at least 1, got 0"),
-        (["ingest", "x.txt", "--timeout", "0"], "--timeout and --rate must be positive numbers"),
+        (["ingest", "x.txt", "--timeout", "0"], "--timeout, --rate and --max-size-mb must be positive numbers"),
         (
             ["query", "q", "--filter", "{tenant: a}"],
             "--filter is not valid JSON (Expecting property name enclosed in double quotes at column 2)",
@@ -200,7 +200,7 @@ def test_bad_local_sources_are_reported_and_the_rest_ingested(
     assert f"added     {good}: 1 chunks" in out
     assert (
         out[-1]
-        == "4 sources: 1 ingested (1 added, 0 updated), 0 skipped (unchanged), 3 failed; 1 chunks written, 0 removed"
+        == "4 sources: 1 ingested (1 added, 0 updated), 0 skipped (unchanged), 3 failed, 0 gone (removed); 1 chunks written, 0 removed"
     )
 
 

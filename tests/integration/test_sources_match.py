@@ -1,0 +1,356 @@
+"""The store matches its sources: replaced, removed, refused and bounded, on real parts.
+
+A loopback HTTP server that redirects, drips, serves gzip bombs, Latin-1, binary bytes and
+XML; local trees with deleted, emptied and special files; the real model and Chroma on disk.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gzip
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import chromadb
+import pytest
+from langchain_chroma import Chroma
+from langchain_core.documents import Document
+
+from window_retriever import OwnershipError, WindowSplitter, sync_file
+from window_retriever._cli import main
+
+pytestmark = pytest.mark.integration
+
+PAGE = (
+    "<html><head><title>Garden notes</title></head><body><h1>Garden notes</h1>"
+    + "".join(f"<p>Tomato note {i}: water the tomatoes at dawn, not at noon.</p>" for i in range(8))
+    + "</body></html>"
+)
+
+
+@dataclass
+class Response:
+    status: int = 200
+    headers: dict[str, str] = field(default_factory=lambda: {"Content-Type": "text/html"})
+    body: bytes = PAGE.encode()
+    drip: float = 0.0  # seconds between single bytes
+
+
+@dataclass
+class Server:
+    port: int = 0
+    routes: dict[str, Response] = field(default_factory=dict)
+
+    def url(self, path: str) -> str:
+        return f"http://127.0.0.1:{self.port}{path}"
+
+
+@pytest.fixture
+def server() -> Iterator[Server]:
+    state = Server()
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            response = state.routes.get(self.path.split("#")[0], Response(404, body=b"no"))
+            self.send_response(response.status)
+            for key, value in response.headers.items():
+                self.send_header(key, value)
+            self.send_header("Content-Length", str(len(response.body)))
+            self.end_headers()
+            with contextlib.suppress(OSError):
+                if response.drip:
+                    for i in range(len(response.body)):
+                        self.wfile.write(response.body[i : i + 1])
+                        self.wfile.flush()
+                        time.sleep(response.drip)
+                else:
+                    self.wfile.write(response.body)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    http = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    http.daemon_threads = True
+    state.port = http.server_address[1]
+    thread = threading.Thread(target=http.serve_forever, daemon=True)
+    thread.start()
+    yield state
+    http.shutdown()
+    http.server_close()
+
+
+def ingest(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, list[str]]:
+    status = main(["ingest", *argv])
+    out = capsys.readouterr().out
+    return status, out.strip().splitlines()
+
+
+def stored(db: Path) -> dict[str, Any]:
+    client = chromadb.PersistentClient(path=str(db))
+    return client.get_collection("documents").get(include=["documents", "metadatas"])
+
+
+def sources(db: Path) -> dict[str, set[Any]]:
+    """Stored source -> the set of (access, tenant) values its chunks carry."""
+    found: dict[str, set[Any]] = {}
+    for metadata in stored(db)["metadatas"]:
+        found.setdefault(metadata["source"], set()).add(
+            (metadata.get("access"), metadata.get("tenant"))
+        )
+    return found
+
+
+# ---- metadata and owners -------------------------------------------------------------------------
+
+
+def test_a_metadata_change_alone_replaces_the_chunks(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    note = tmp_path / "plan.txt"
+    note.write_text("The launch plan moves to May. " * 30, encoding="utf-8")
+    db = str(tmp_path / "db")
+    assert ingest(capsys, str(note), "--db", db, "--metadata", "access=public")[0] == 0
+    status, lines = ingest(capsys, str(note), "--db", db, "--metadata", "access=secret")
+    assert status == 0
+    assert lines[-1].startswith("1 sources: 1 ingested (0 added, 1 updated)")
+    assert sources(tmp_path / "db") == {str(note.resolve()): {("secret", None)}}  # no public copy
+
+
+def test_the_library_refuses_to_overwrite_another_tenants_file(make_real_store: Any) -> None:
+    store = make_real_store()
+    splitter = WindowSplitter()  # default file id keys: the source only
+    text = "Quarterly numbers for the board. " * 40
+
+    def chunks(tenant: str) -> list[Document]:
+        document = Document(page_content=text, metadata={"source": "q.txt", "tenant": tenant})
+        return splitter.split_documents([document])
+
+    sync_file(store, chunks("a"))
+    before = store.get()["ids"]
+    with pytest.raises(OwnershipError, match=r"tenant='a'.*tenant='b'.*file_id_keys=\('tenant'"):
+        sync_file(store, chunks("b"))
+    after = store.get(include=["metadatas"])
+    assert sorted(after["ids"]) == sorted(before)
+    assert {m["tenant"] for m in after["metadatas"]} == {"a"}
+    # the fix the message names: one file per tenant
+    namespaced = WindowSplitter(file_id_keys=("tenant", "source"))
+    for tenant in ("a", "b"):
+        document = Document(page_content=text, metadata={"source": "q.txt", "tenant": tenant})
+        sync_file(store, namespaced.split_documents([document]))
+    assert {m["tenant"] for m in store.get(include=["metadatas"])["metadatas"]} == {"a", "b"}
+
+
+def test_tenants_through_the_cli_keep_one_copy_each(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    note = tmp_path / "memo.txt"
+    note.write_text("The memo says the office closes early on Friday. " * 20, encoding="utf-8")
+    db = str(tmp_path / "db")
+    for tenant in ("a", "b"):
+        assert ingest(capsys, str(note), "--db", db, "--metadata", f"tenant={tenant}")[0] == 0
+    assert sources(tmp_path / "db")[str(note.resolve())] == {(None, "a"), (None, "b")}
+
+
+# ---- what the sources say, and what they no longer say --------------------------------------------
+
+
+def test_an_empty_source_is_refused_and_nothing_is_ingested(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "private.txt").write_text("my passwords", encoding="utf-8")
+    assert main(["ingest", "", "--db", "db"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("window-retriever: error: a source is an empty string")
+    assert "\n" not in err
+    assert not (tmp_path / "db" / "chroma.sqlite3").exists()
+
+
+def test_re_ingesting_a_directory_removes_deleted_and_emptied_files(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    for name in ("keep", "delete", "empty"):
+        (docs / f"{name}.txt").write_text(f"The {name} file talks about {name}. " * 20, "utf-8")
+    other = tmp_path / "other.txt"  # outside the directory: never pruned by it
+    other.write_text("Another file entirely. " * 20, encoding="utf-8")
+    db = str(tmp_path / "db")
+    assert ingest(capsys, str(docs), str(other), "--db", db)[0] == 0
+    (docs / "delete.txt").unlink()
+    (docs / "empty.txt").write_text("   \n", encoding="utf-8")
+
+    status, lines = ingest(capsys, str(docs), "--db", db, "--keep-missing")
+    assert status == 1  # the emptied file fails to load: "no text"
+    assert len(sources(tmp_path / "db")) == 4  # kept, as asked
+    per_source: dict[str, int] = {}
+    for metadata in stored(tmp_path / "db")["metadatas"]:
+        per_source[metadata["source"]] = per_source.get(metadata["source"], 0) + 1
+    gone = [str((docs / name).resolve()) for name in ("delete.txt", "empty.txt")]
+
+    status, lines = ingest(capsys, str(docs), "--db", db)
+    assert status == 1
+    removed = [line for line in lines if line.startswith("removed ")]
+    assert removed == [f"removed   {name}: gone ({per_source[name]} chunks)" for name in gone]
+    total = sum(per_source[name] for name in gone)
+    assert f", 2 gone (removed); 0 chunks written, {total} removed" in lines[-1]
+    assert set(sources(tmp_path / "db")) == {str((docs / "keep.txt").resolve()), str(other.resolve())}
+
+
+def test_pruning_never_touches_another_tenants_files(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "a.txt").write_text("Tenant a writes about apples. " * 20, encoding="utf-8")
+    db = str(tmp_path / "db")
+    assert ingest(capsys, str(docs), "--db", db, "--metadata", "tenant=a")[0] == 0
+    (docs / "a.txt").unlink()
+    (docs / "b.txt").write_text("Tenant b writes about bananas. " * 20, encoding="utf-8")
+    assert ingest(capsys, str(docs), "--db", db, "--metadata", "tenant=b")[0] == 0
+    assert {t for values in sources(tmp_path / "db").values() for _, t in values} == {"a", "b"}
+
+
+def test_only_regular_files_are_read(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    fifo = tmp_path / "x.html"
+    os.mkfifo(fifo)
+    loop = tmp_path / "loop.txt"
+    loop.symlink_to(loop)
+    good = tmp_path / "good.txt"
+    good.write_text("A good file about owls. " * 10, encoding="utf-8")
+    began = time.monotonic()
+    status, lines = ingest(capsys, str(fifo), str(loop), str(good), "--db", str(tmp_path / "db"))
+    assert time.monotonic() - began < 60
+    assert status == 1
+    assert f"failed    {fifo}: not a regular file (a pipe, device or socket is not read)" in lines
+    assert f"failed    {loop}: a symbolic link loop" in lines
+    assert lines[-1].startswith("3 sources: 1 ingested")
+
+
+def test_markdown_front_matter_and_a_byte_order_mark_are_not_text(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    page = tmp_path / "post.md"
+    page.write_text("\ufeff---\ntitle: Owls\ndraft: true\n---\nOwls hunt at night.\n", "utf-8")
+    assert ingest(capsys, str(page), "--db", str(tmp_path / "db"))[0] == 0
+    assert stored(tmp_path / "db")["documents"] == ["Owls hunt at night."]
+
+
+# ---- the web, hostile ---------------------------------------------------------------------------
+
+
+def test_one_bad_source_stays_that_sources_failure(
+    server: Server, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    server.routes["/feed.xml"] = Response(body=b"<rss><item>feed</item></rss>")
+    server.routes["/good.html"] = Response()
+    status, lines = ingest(
+        capsys, server.url("/feed.xml"), server.url("/good.html"), "--db", str(tmp_path / "db")
+    )
+    assert status in (0, 1)
+    assert lines[-1].startswith("2 sources: ")
+    assert any(line.startswith(f"added     {server.url('/good.html')}") for line in lines)
+
+
+def test_redirects_are_followed_and_the_final_address_is_the_source(
+    server: Server, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    server.routes["/page.html"] = Response()
+    server.routes["/old"] = Response(302, {"Location": "/page.html"}, b"")
+    server.routes["/older"] = Response(
+        301, {"Location": "/page.html", "Content-Type": "text/plain"}, b"moved"
+    )
+    db = tmp_path / "db"
+    status, lines = ingest(
+        capsys,
+        server.url("/old"),
+        server.url("/older"),
+        server.url("/page.html#section"),
+        "--db",
+        str(db),
+    )
+    assert status == 0, lines
+    assert lines[-1].startswith("3 sources: 1 ingested (1 added, 0 updated), 2 skipped")
+    assert set(sources(db)) == {server.url("/page.html")}
+
+
+def test_a_dripping_server_is_cut_at_the_page_deadline(
+    server: Server, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    server.routes["/drip.html"] = Response(body=PAGE.encode(), drip=0.05)  # 30 s in all
+    began = time.monotonic()
+    status, lines = ingest(
+        capsys, server.url("/drip.html"), "--db", str(tmp_path / "db"), "--timeout", "1"
+    )
+    assert time.monotonic() - began < 5
+    assert status == 1
+    assert f"failed    {server.url('/drip.html')}: timed out after 1 s" in lines
+
+
+def test_a_gzip_bomb_is_refused_at_the_size_cap(
+    server: Server, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bomb = gzip.compress(b"<html><body>" + b"a" * (64 * 1024 * 1024), compresslevel=9)
+    server.routes["/bomb.html"] = Response(
+        headers={"Content-Type": "text/html", "Content-Encoding": "gzip"}, body=bomb
+    )
+    status, lines = ingest(
+        capsys, server.url("/bomb.html"), "--db", str(tmp_path / "db"), "--max-size-mb", "1"
+    )
+    assert status == 1
+    assert any("larger than 1 MiB; raise the limit" in line for line in lines)
+
+
+def test_the_declared_charset_wins_and_binary_bytes_are_refused(
+    server: Server, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    latin = "<html><body><p>Un café crème à la terrasse, s'il vous plaît.</p></body></html>"
+    server.routes["/latin.html"] = Response(
+        headers={"Content-Type": "text/html; charset=iso-8859-1"}, body=latin.encode("latin-1")
+    )
+    server.routes["/binary.html"] = Response(body=bytes(range(256)) * 64)
+    db = tmp_path / "db"
+    status, lines = ingest(capsys, server.url("/latin.html"), server.url("/binary.html"), "--db", str(db))
+    assert status == 1
+    assert f"failed    {server.url('/binary.html')}: binary content, not text" in lines
+    assert stored(db)["documents"] == ["Un café crème à la terrasse, s'il vous plaît."]
+
+
+def test_the_title_is_metadata_not_the_first_words(
+    server: Server, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    server.routes["/garden.html"] = Response()
+    db = tmp_path / "db"
+    assert ingest(capsys, server.url("/garden.html"), "--db", str(db))[0] == 0
+    result = stored(db)
+    first = min(zip(result["documents"], result["metadatas"]), key=lambda p: p[1]["chunk_index"])
+    assert first[1]["title"] == "Garden notes"
+    assert first[0].startswith("Garden notes\n\nTomato note 0")  # the <h1>, once
+
+
+def test_a_reader_never_creates_a_store(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    empty = tmp_path / "not-a-store"
+    empty.mkdir()
+    assert main(["query", "anything", "--db", str(empty)]) == 2
+    assert "no store at" in capsys.readouterr().err
+    assert list(empty.iterdir()) == []
+
+
+@pytest.fixture
+def make_real_store(tmp_path: Path) -> Callable[[], Chroma]:
+    from window_retriever import default_embeddings
+
+    def factory() -> Chroma:
+        return Chroma(
+            collection_name="files",
+            embedding_function=default_embeddings(),
+            client=chromadb.PersistentClient(path=str(tmp_path / "lib-db")),
+        )
+
+    return factory
