@@ -200,7 +200,10 @@ def test_re_ingesting_a_directory_removes_deleted_and_emptied_files(
     assert removed == [f"removed   {name}: gone ({per_source[name]} chunks)" for name in gone]
     total = sum(per_source[name] for name in gone)
     assert f", 2 gone (removed); 0 chunks written, {total} removed" in lines[-1]
-    assert set(sources(tmp_path / "db")) == {str((docs / "keep.txt").resolve()), str(other.resolve())}
+    assert set(sources(tmp_path / "db")) == {
+        str((docs / "keep.txt").resolve()),
+        str(other.resolve()),
+    }
 
 
 def test_pruning_never_touches_another_tenants_files(
@@ -316,7 +319,9 @@ def test_the_declared_charset_wins_and_binary_bytes_are_refused(
     )
     server.routes["/binary.html"] = Response(body=bytes(range(256)) * 64)
     db = tmp_path / "db"
-    status, lines = ingest(capsys, server.url("/latin.html"), server.url("/binary.html"), "--db", str(db))
+    status, lines = ingest(
+        capsys, server.url("/latin.html"), server.url("/binary.html"), "--db", str(db)
+    )
     assert status == 1
     assert f"failed    {server.url('/binary.html')}: binary content, not text" in lines
     assert stored(db)["documents"] == ["Un café crème à la terrasse, s'il vous plaît."]
@@ -329,7 +334,10 @@ def test_the_title_is_metadata_not_the_first_words(
     db = tmp_path / "db"
     assert ingest(capsys, server.url("/garden.html"), "--db", str(db))[0] == 0
     result = stored(db)
-    first = min(zip(result["documents"], result["metadatas"]), key=lambda p: p[1]["chunk_index"])
+    first = min(
+        zip(result["documents"], result["metadatas"], strict=True),
+        key=lambda p: p[1]["chunk_index"],
+    )
     assert first[1]["title"] == "Garden notes"
     assert first[0].startswith("Garden notes\n\nTomato note 0")  # the <h1>, once
 
