@@ -32,8 +32,63 @@ _OPERATORS = {"$eq", "$ne", "$in", "$nin"} | _COMPARISONS
 _MISSING = object()
 
 
+# Every metadata operator Chroma 1.5 knows; $contains / $not_contains test list values.
+KNOWN_OPERATORS = _OPERATORS | {"$contains", "$not_contains"}
+
+
 class _UndecidableError(Exception):
     """The filter is outside what this evaluator reproduces exactly."""
+
+
+def check_where(where: Any, name: str = "filter") -> None:
+    """Raise ``ValueError`` naming the rule for a filter that Chroma would reject.
+
+    Checks the shape only: each node one key, ``$and`` / ``$or`` lists of two or more
+    filters, known operators, numbers for ``$gt`` / ``$gte`` / ``$lt`` / ``$lte``, lists
+    for ``$in`` / ``$nin``. Anything it lets through that Chroma still rejects comes back as
+    Chroma's own error.
+    """
+    _check_node(where, name)
+
+
+def _check_node(node: Any, name: str) -> None:
+    if not isinstance(node, Mapping) or len(node) != 1:
+        got = "an empty dict" if isinstance(node, Mapping) and not node else repr(node)
+        msg = (
+            f"{name}: each part must be a dict of exactly one key, e.g. {{'tenant': 'acme'}} or "
+            f"{{'$and': [..., ...]}}; got {got}"
+        )
+        raise ValueError(msg)
+    ((key, value),) = node.items()
+    if key in ("$and", "$or"):
+        if not isinstance(value, list) or len(value) < 2:
+            msg = (
+                f"{name}: {key} takes a list of two or more filters, got {value!r}; for one "
+                "filter, use it without the {key}"
+            ).replace("{key}", key)
+            raise ValueError(msg)
+        for part in value:
+            _check_node(part, name)
+        return
+    if not isinstance(key, str) or key.startswith("$"):
+        msg = f"{name}: unknown operator {key!r} at the top; use $and, $or or a metadata key"
+        raise ValueError(msg)
+    if not isinstance(value, Mapping):
+        return
+    if len(value) != 1:
+        msg = f"{name}: {key!r} takes one operator, e.g. {{'$gte': 2}}, got {dict(value)!r}"
+        raise ValueError(msg)
+    ((operator, operand),) = value.items()
+    if operator not in KNOWN_OPERATORS:
+        known = ", ".join(sorted(KNOWN_OPERATORS))
+        msg = f"{name}: unknown operator {operator!r} on {key!r}; Chroma knows {known}"
+        raise ValueError(msg)
+    if operator in _COMPARISONS and _kind(operand) not in ("int", "float"):
+        msg = f"{name}: {operator} on {key!r} compares numbers, got {operand!r}"
+        raise ValueError(msg)
+    if operator in ("$in", "$nin") and (not isinstance(operand, list) or not operand):
+        msg = f"{name}: {operator} on {key!r} takes a non-empty list, got {operand!r}"
+        raise ValueError(msg)
 
 
 def compile_where(where: Mapping[str, Any] | None) -> Predicate | None:

@@ -71,9 +71,9 @@ def add_chunks(
             raise ConfigurationError(msg)
         seen.add(chunk_id)
         ids.append(chunk_id)
-    size = batch_size or _max_batch_size(vectorstore)
-    if size < 1:
-        msg = f"batch_size must be at least 1, got {size}"
+    size = _max_batch_size(vectorstore) if batch_size is None else batch_size
+    if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+        msg = f"batch_size must be a whole number, at least 1, got {size!r}"
         raise ConfigurationError(msg)
     for begin in range(0, len(chunks), size):
         vectorstore.add_documents(list(chunks[begin : begin + size]), ids=ids[begin : begin + size])

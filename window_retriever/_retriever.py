@@ -24,7 +24,7 @@ from pydantic import ConfigDict, Field, PrivateAttr, ValidationError, model_vali
 
 from window_retriever._adaptive import DEFAULT_COHERENCE, plan_adaptive_fetch, select_adaptive
 from window_retriever._errors import ConfigurationError, MissingWindowMetadataError
-from window_retriever._filters import Predicate, compile_where
+from window_retriever._filters import Predicate, check_where, compile_where
 from window_retriever._ids import (
     CHUNK_ID,
     CHUNK_INDEX,
@@ -428,6 +428,13 @@ class ContextWindowRetriever(BaseRetriever):
             if values[name] is not None and not isinstance(values[name], Mapping):
                 msg = f"{name} must be a dict (a Chroma filter) or None, got {values[name]!r}"
                 raise ConfigurationError(msg)
+            if values[name] is not None and not values[name]:
+                values[name] = None  # {} filters nothing, as None does
+        if values["filter"] is not None:
+            try:
+                check_where(values["filter"])
+            except ValueError as error:
+                raise ConfigurationError(str(error)) from None
         if not callable(self.length_function):
             msg = "length_function must be callable, e.g. len or a token counter"
             raise ConfigurationError(msg)

@@ -41,6 +41,8 @@ _DIRECTIONS: dict[Mode, tuple[Direction, ...]] = {
     "next": ("next",),
     "prev": ("prev",),
 }
+# Chroma refuses a call with more than 32,762 ids; no plan asks for more than this many.
+MAX_PLANNED = 30_000
 # Chunks are usually a little shorter than the hit that stands for them once the splitter's
 # overlap is trimmed; plan with 4/5 of the typical length so one fetch nearly always suffices.
 _STEP_FACTOR = 0.8
@@ -251,7 +253,7 @@ def plan_fetch(
     for hit in windowable:
         file_id, index = hit.chunk.position  # type: ignore[misc]
         left = max(0, budget - lengths[hit.chunk.id])
-        reach = left // step + 1 if left else 0
+        reach = min(left // step + 1, MAX_PLANNED) if left else 0
         lo = index - reach if "prev" in directions else index
         hi = index + reach if "next" in directions else index
         ranges = reaches.setdefault(file_id, [])
@@ -262,6 +264,8 @@ def plan_fetch(
         for position in range(max(0, lo), hi + 1):
             if (file_id, position) not in known:
                 planned[(file_id, position)] = None
+            if len(planned) >= MAX_PLANNED:
+                return list(planned)
         if distinct >= k or (total_budget is not None and 2 * filled >= 3 * total_budget):
             break
     return list(planned)
@@ -273,9 +277,9 @@ def plan_needs(needs: Iterable[Need]) -> list[Position]:
     for need in needs:
         file_id, index = need.position
         sign = 1 if need.direction == "next" else -1
-        for offset in range(need.count):
+        for offset in range(min(need.count, MAX_PLANNED)):
             position = index + sign * offset
-            if position < 0:
+            if position < 0 or len(planned) >= MAX_PLANNED:
                 break
             planned[(file_id, position)] = None
     return list(planned)

@@ -16,7 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from window_retriever._filters import compile_where
+from window_retriever._filters import check_where, compile_where
 
 INTS = [-2, -1, 0, 1, 2]
 FLOATS = [-1.5, -0.5, 0.0, 0.5, 1.0, 1.5, 2.0]
@@ -98,6 +98,7 @@ def test_evaluator_selects_exactly_what_chroma_selects(
 ) -> None:
     predicate = compile_where(where)
     assert predicate is not None, f"valid filter refused: {where}"
+    check_where(where)  # the shape check never refuses what Chroma accepts
     expected = set(collection.get(where=where, include=[])["ids"])
     actual = {str(i) for i, record in enumerate(RECORDS) if predicate(record)}
     assert actual == expected, where
@@ -121,6 +122,28 @@ def test_evaluator_refuses_what_chroma_rejects(collection: Any, where: dict[str,
     with pytest.raises(Exception):  # noqa: B017, PT011 - Chroma raises several types
         collection.get(where=where)
     assert compile_where(where) is None
+
+
+SHAPE_ERRORS: list[tuple[dict[str, Any], str]] = [
+    ({"a": {"$gt": "a"}}, r"\$gt on 'a' compares numbers, got 'a'"),
+    ({"a": {"$lt": True}}, r"\$lt on 'a' compares numbers, got True"),
+    ({"a": {"$in": []}}, r"\$in on 'a' takes a non-empty list"),
+    ({"a": 1, "b": 1}, r"exactly one key"),
+    ({"$and": [{"a": 1}]}, r"\$and takes a list of two or more filters"),
+    ({"$or": []}, r"\$or takes a list of two or more filters"),
+    ({"a": {"$foo": 1}}, r"unknown operator '\$foo' on 'a'; Chroma knows"),
+    ({"$foo": 1}, r"unknown operator '\$foo' at the top"),
+]
+
+
+@pytest.mark.parametrize(("where", "message"), SHAPE_ERRORS, ids=str)
+def test_the_shape_check_names_the_rule_chroma_would_enforce(
+    collection: Any, where: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(Exception):  # noqa: B017, PT011 - Chroma raises several types
+        collection.get(where=where)
+    with pytest.raises(ValueError, match=message):
+        check_where(where)
 
 
 @pytest.mark.parametrize("where", [{"a": {"$contains": 1}}, {"a": {"$not_contains": "a"}}], ids=str)

@@ -271,3 +271,38 @@ def test_a_store_without_embeddings_serves_static_and_names_the_fix_for_adaptive
     adaptive = ContextWindowRetriever(vectorstore=custom, total_budget=500)
     with pytest.raises(ConfigurationError, match=r"SearchAndFetchOnly has no search_embedded"):
         adaptive.invoke("camping")
+
+
+# ---- bad input, one clear error ------------------------------------------------------------------
+
+
+def test_bad_queries_filters_and_length_functions_are_named(
+    conversations: tuple[Chroma, list[Document]],
+) -> None:
+    store, _ = conversations
+    retriever = ContextWindowRetriever(vectorstore=store, k=2)
+    with pytest.raises(ConfigurationError, match="the query must be a string, got NoneType"):
+        retriever.invoke(None)  # type: ignore[arg-type]
+    with pytest.raises(ConfigurationError, match=r"unknown operator '\$foo' on 'tenant'"):
+        retriever.invoke("pottery", filter={"tenant": {"$foo": 1}})
+    with pytest.raises(ConfigurationError, match=r"\$and takes a list of two or more"):
+        ContextWindowRetriever(vectorstore=store, filter={"$and": [{"a": 1}]})
+    assert retriever.invoke("pottery", filter={}) == retriever.invoke("pottery")
+    halves = ContextWindowRetriever(vectorstore=store, length_function=lambda t: len(t) / 3)
+    with pytest.raises(TypeError, match=r"length_function must return an int.*got \d"):
+        halves.invoke("pottery")
+
+
+def test_a_window_budget_in_the_millions_asks_chroma_for_what_can_exist(
+    conversations: tuple[Chroma, list[Document]], spy_on: Callable[[Chroma], StoreSpy]
+) -> None:
+    store, chunks = conversations
+    spy = spy_on(store)
+    docs = ContextWindowRetriever(vectorstore=store, k=2, window_budget=10**9).invoke("garden")
+    assert docs
+    fetched = [len(kwargs["ids"]) for name, kwargs in spy.log if name == "get"]
+    assert fetched and max(fetched) <= 30_000
+    longest = max(len(d.metadata["chunk_ids"]) for d in docs)
+    assert longest == max(
+        sum(1 for c in chunks if c.metadata["file_id"] == d.metadata["file_id"]) for d in docs
+    )  # the whole file: the budget was never the limit

@@ -10,7 +10,7 @@ from langchain_chroma import Chroma
 from langchain_core.documents import Document
 from langchain_text_splitters import RecursiveCharacterTextSplitter
 
-from window_retriever import ContextWindowRetriever, WindowSplitter
+from window_retriever import ConfigurationError, ContextWindowRetriever, WindowSplitter, add_chunks
 from window_retriever._ingest import sync_file
 
 SPLITTER = WindowSplitter(RecursiveCharacterTextSplitter(chunk_size=60, chunk_overlap=10))
@@ -84,3 +84,15 @@ def test_sync_file_takes_one_file_version(make_store: Callable[..., Chroma]) -> 
 
     with pytest.raises(ConfigurationError, match="exactly one file version"):
         sync_file(make_store(), page("a", 5) + page("b", 5))
+
+
+@pytest.mark.parametrize("size", [0, -1, 2.5, True])
+def test_a_bad_batch_size_is_refused_before_anything_is_written(
+    make_store: Callable[..., Chroma], size: object
+) -> None:
+    store = make_store()
+    text = "A sentence about bees. " * 10
+    chunks = SPLITTER.split_documents([Document(page_content=text, metadata={"source": "a"})])
+    with pytest.raises(ConfigurationError, match="batch_size must be a whole number, at least 1"):
+        add_chunks(store, chunks, batch_size=size)  # type: ignore[arg-type]
+    assert store.get()["ids"] == []
