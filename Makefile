@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: demo test lint typecheck unit bench bench-locomo bench-budget clean
+.PHONY: demo test lint typecheck unit notebook bench bench-locomo bench-budget clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -30,6 +30,10 @@ typecheck: $(VENV)/.installed
 ## unit: the fast offline unit tests only
 unit: $(VENV)/.installed
 	$(PY) -m pytest tests/unit
+
+## notebook: execute examples/demo.ipynb from a clean kernel and save it with its outputs
+notebook: $(VENV)/.installed
+	$(PY) -c "import nbformat, nbclient; nb = nbformat.read('examples/demo.ipynb', 4); nbclient.NotebookClient(nb, timeout=120, record_timing=False, resources={'metadata': {'path': 'examples'}}).execute(); nbformat.write(nb, 'examples/demo.ipynb')"
 
 ## bench: latency of windowed against plain retrieval on one store (ratios)
 bench: $(VENV)/.installed

@@ -2,10 +2,12 @@
 
 Split with :class:`WindowSplitter`, store with :func:`add_chunks` (Chroma, embedded or
 server, with the offline :func:`default_embeddings`), retrieve with
-:class:`ContextWindowRetriever`, a drop-in LangChain retriever.
+:class:`ContextWindowRetriever`, a drop-in LangChain retriever. Cite in a chain with
+:func:`format_with_citations`, :func:`citation_sources` and :func:`answer_with_sources`, and
+draw what was retrieved with :func:`plot_window_map`.
 """
 
-from window_retriever import evaluation
+from window_retriever import citations, evaluation, plotting
 from window_retriever._embeddings import MiniLMEmbeddings, default_embeddings
 from window_retriever._errors import (
     ConfigurationError,
@@ -25,9 +27,17 @@ from window_retriever._stores import (
     WindowStore,
 )
 from window_retriever._version import __version__
+from window_retriever.citations import (
+    CITATION_PROMPT,
+    answer_with_sources,
+    citation_sources,
+    format_with_citations,
+)
 from window_retriever.evaluation import evaluate, read_questions
+from window_retriever.plotting import plot_window_map
 
 __all__ = [
+    "CITATION_PROMPT",
     "ChromaWindowStore",
     "ConfigurationError",
     "ContextWindowRetriever",
@@ -43,9 +53,15 @@ __all__ = [
     "WindowStore",
     "__version__",
     "add_chunks",
+    "answer_with_sources",
+    "citation_sources",
+    "citations",
     "default_embeddings",
     "evaluate",
     "evaluation",
+    "format_with_citations",
+    "plot_window_map",
+    "plotting",
     "read_questions",
     "sync_file",
 ]

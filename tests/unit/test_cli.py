@@ -82,7 +82,10 @@ def test_no_command_prints_usage_and_fails(capsys: pytest.CaptureFixture[str]) -
             "--chunk-overlap must be from 0 to less than --chunk-size (100), got 100",
         ),
         (["ingest", "x.txt", "--chunk-size", "0"], "--chunk-size must be at least 1, got 0"),
-        (["ingest", "x.txt", "--timeout", "0"], "--timeout, --rate and --max-size-mb must be positive numbers"),
+        (
+            ["ingest", "x.txt", "--timeout", "0"],
+            "--timeout, --rate and --max-size-mb must be positive numbers",
+        ),
         (
             ["query", "q", "--filter", "{tenant: a}"],
             "--filter is not valid JSON (Expecting property name enclosed in double quotes at column 2)",
