@@ -40,7 +40,7 @@ from locomo import build_store, load_locomo
 from peers import relevant_segment_extraction
 
 from window_retriever import WindowSplitter
-from window_retriever.evaluation import count_store_calls, evaluate, parse_configs, read_questions
+from window_retriever.evaluation import evaluate, parse_configs, read_questions
 
 CHUNKS = {"locomo": (300, 30), "pydocs": (400, 40)}
 
@@ -91,7 +91,6 @@ def run_set(name: str, args: argparse.Namespace) -> dict[str, Any]:
         configs=parse_configs(args.configs or default_configs(size)),
         budgets=args.budgets,
         retrievers={} if args.no_rse else {"rse": relevant_segment_extraction(store, texts)},
-        call_counter=count_store_calls(store),
     )
     print(report.table())
     return report.to_json() | {"questions": len(questions), "chunks": chunks}

@@ -47,13 +47,11 @@ from langchain_chroma import Chroma
 from langchain_core.documents import Document
 from langchain_text_splitters import RecursiveCharacterTextSplitter
 
-from window_retriever import WindowSplitter, default_embeddings
-from window_retriever._ingest import sync_file
+from window_retriever import WindowSplitter, default_embeddings, sync_file
 from window_retriever.evaluation import (
     Piece,
     Question,
     Retrieve,
-    count_store_calls,
     evaluate,
     parse_configs,
     read_questions,
@@ -265,7 +263,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         budgets=budgets,
         count_tokens=default_embeddings().count_tokens,
         retrievers=extra,
-        call_counter=count_store_calls(store),
         skipped=problems,
     )
     tp = throughput(documents[:2])

@@ -65,7 +65,7 @@ def load_pages(root: Path = DOCS_ROOT) -> list[Document]:
     Raises:
         SystemExit: If the documentation is not installed or a page cannot be loaded.
     """
-    from window_retriever._loaders import load_file
+    from window_retriever import load_file
 
     if not root.is_dir():
         msg = f"{root} not found: install the documentation with `apt-get install python3.11-doc`"

@@ -16,6 +16,7 @@ from window_retriever._errors import (
     WindowRetrieverError,
 )
 from window_retriever._ingest import add_chunks, sync_file
+from window_retriever._loaders import LoadOptions, load_file
 from window_retriever._retriever import ContextWindowRetriever
 from window_retriever._splitter import WindowSplitter
 from window_retriever._stores import (
@@ -44,6 +45,7 @@ __all__ = [
     "Embedded",
     "EmbeddingWindowStore",
     "Fetch",
+    "LoadOptions",
     "MiniLMEmbeddings",
     "MissingWindowMetadataError",
     "OwnershipError",
@@ -60,6 +62,7 @@ __all__ = [
     "evaluate",
     "evaluation",
     "format_with_citations",
+    "load_file",
     "plot_window_map",
     "plotting",
     "read_questions",

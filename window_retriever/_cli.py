@@ -7,6 +7,7 @@ traceback). Exit status: 0 success, 1 some sources failed to ingest, 2 bad usage
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -16,7 +17,7 @@ import traceback
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, NoReturn, TextIO
 from urllib.parse import urlsplit
 
 from langchain_core.documents import Document
@@ -47,16 +48,31 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"{PROG}: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `query ... | head`: the reader left; that is not an error
+        with contextlib.suppress(OSError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_OK
     except Exception as error:  # one clear line, never a traceback (unless --debug)
         if args.debug:
             traceback.print_exc()
-        print(f"{PROG}: error: {_one_line(error)}", file=sys.stderr)
+        message = _one_line(error)
+        if not isinstance(error, CommandError):  # CLI messages speak CLI already
+            message = _cli_words(message)
+        print(f"{PROG}: error: {message}", file=sys.stderr)
         return EXIT_ERROR
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, with a usage error on one line instead of the whole usage block."""
+
+    def error(self, message: str) -> NoReturn:
+        print(f"{PROG}: error: {message} (see '{self.prog} --help')", file=sys.stderr)
+        raise SystemExit(EXIT_ERROR)
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of every command (also read by the tests and the README check)."""
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog=PROG,
         description="Grow vector-search hits into whole, readable windows of their documents.",
     )
@@ -308,7 +324,7 @@ def _ingest(args: argparse.Namespace) -> int:
                 if result.error not in _GONE:
                     present.add(_resolved(result.name))  # failed now, kept as it was
                 counts["failed"] += 1
-                progress.line(f"failed    {result.name}: {result.error}")
+                progress.line(f"failed    {result.name}: {_cli_words(result.error or '')}")
                 progress.advance(0)
                 continue
             present.add(_resolved(result.name))
@@ -369,7 +385,6 @@ def _query(args: argparse.Namespace) -> int:
 def _eval(args: argparse.Namespace) -> int:
     from window_retriever._embeddings import default_embeddings
     from window_retriever.evaluation import (
-        count_store_calls,
         evaluate,
         parse_configs,
         read_questions,
@@ -378,9 +393,17 @@ def _eval(args: argparse.Namespace) -> int:
     try:
         budgets = [int(b) for b in args.budgets.split(",") if b.strip()]
     except ValueError:
+        budgets = []
+    if not budgets or min(budgets) < 1:
         raise CommandError(
-            f"--total-budgets takes whole numbers, e.g. 1000,2000,4000, got {args.budgets!r}"
-        ) from None
+            f"--total-budgets takes positive whole numbers, e.g. 1000,2000,4000, "
+            f"got {args.budgets!r}"
+        )
+    for option, target in (("--json", args.json_out), ("--plot", args.plot)):
+        if target is not None:
+            folder = Path(target).parent
+            if Path(target).is_dir() or not folder.is_dir() or not os.access(folder, os.W_OK):
+                raise CommandError(f"{option} {target}: cannot write there")
     configs = parse_configs(args.configs)
     path = Path(args.questions)
     if not path.is_file():
@@ -397,7 +420,6 @@ def _eval(args: argparse.Namespace) -> int:
         configs=configs,
         budgets=budgets,
         count_tokens=default_embeddings().count_tokens,
-        call_counter=count_store_calls(store),
         skipped=problems,
     )
     print(f"{len(questions)} questions, {len(problems)} lines skipped")
@@ -432,7 +454,10 @@ def _demo(args: argparse.Namespace) -> int:
         options = LoadOptions(selectors=["body"])
         for result in ingest_sources(store, sources, splitter=WindowSplitter(), options=options):
             if result.outcome is None:
-                raise CommandError(f"cannot load {result.name}: {result.error}")
+                raise CommandError(
+                    f"cannot load {result.name}: {result.error} (the demo reads the 'body' "
+                    "class of HTML pages; --pages DIR must hold such pages)"
+                )
             written += result.outcome.written
             total += result.outcome.chunks
     print(
@@ -465,6 +490,22 @@ def _demo(args: argparse.Namespace) -> int:
 
 # Load errors that mean a file is no longer there to ingest: its stored chunks are pruned.
 _GONE = frozenset({"no such file or directory", "no text"})
+
+
+# Library messages name library arguments; on the command line they are these options.
+_CLI_WORDS = (
+    ("raise max_bytes", "raise --max-size-mb"),
+    ("in the elements of class", "after --selector"),
+    ("WindowSplitter(file_id_keys=", "--metadata with an owner key, e.g. tenant=...; or ("),
+    ("(writer_lock(..., wait=True))", "(or pass --wait)"),
+    ("use a Chroma server for", "use a Chroma server (--chroma-url) for"),
+)
+
+
+def _cli_words(message: str) -> str:
+    for library, cli in _CLI_WORDS:
+        message = message.replace(library, cli)
+    return message
 
 
 def _resolved(name: str) -> str:
@@ -585,7 +626,8 @@ def _store(args: argparse.Namespace, *, create: bool) -> Any:
             client.heartbeat()
         except Exception as error:
             raise CommandError(
-                f"cannot reach the Chroma server at {args.chroma_url} ({_one_line(error)})"
+                f"cannot reach the Chroma server at {args.chroma_url} ({_one_line(error)}); "
+                "start one with 'chroma run --path DIR --port PORT', or check --chroma-url"
             ) from None
         where = args.chroma_url
     else:

@@ -186,8 +186,7 @@ def _owner_message(
         f"{what} is stored with {was}; syncing it with {now} would replace the other "
         f"owner's chunks, so nothing was written. Keep one file per owner with "
         f"WindowSplitter(file_id_keys=({', '.join(repr(k) for k in differing)}, 'source')) "
-        "(the ingest command does this for --metadata tenant=...), or delete the stored file "
-        "first"
+        "or delete the stored file first"
     )
 
 

@@ -189,7 +189,9 @@ def _finish(name: str, text: str, metadata: dict[str, Any], options: LoadOptions
     if len(_CONTROL.findall(text[:100_000])) > max(8, len(text[:100_000]) // 200):
         return Loaded(name, error="binary content, not text")
     if not text:
-        where = f" after --selector {' '.join(options.selectors)}" if options.selectors else ""
+        where = (
+            f" in the elements of class {' '.join(options.selectors)}" if options.selectors else ""
+        )
         return Loaded(name, error=f"no text{where}")
     return Loaded(name, Document(page_content=text, metadata=metadata))
 
@@ -281,10 +283,7 @@ def _charset(response: Any) -> str:
 
 
 def _too_large(limit: int) -> str:
-    return (
-        f"larger than {limit / 1024 / 1024:g} MiB; raise the limit (LoadOptions(max_bytes=...) "
-        "or --max-size-mb) to ingest it"
-    )
+    return f"larger than {limit / 1024 / 1024:g} MiB; raise max_bytes to ingest it"
 
 
 def _web_base_loader() -> Any:

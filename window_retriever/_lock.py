@@ -34,7 +34,7 @@ def writer_lock(directory: str | Path, *, wait: bool = False) -> Iterator[None]:
         except BlockingIOError:
             msg = (
                 f"another process is writing to the store in {path}; wait for it to finish "
-                "(or pass --wait), or use a Chroma server (--chroma-url) for several writers"
+                "(writer_lock(..., wait=True)), or use a Chroma server for several writers"
             )
             raise StoreLockedError(msg) from None
         yield

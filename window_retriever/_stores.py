@@ -199,15 +199,19 @@ async def aexecute(store: WindowStore, request: Request) -> Any:
 
 
 def store_adapter(vectorstore: Any) -> WindowStore:
-    """Wrap ``vectorstore`` in its adapter, or explain which stores are supported."""
-    if isinstance(vectorstore, WindowStore):
-        return vectorstore
+    """Wrap ``vectorstore`` in its adapter, or explain which stores are supported.
+
+    A ``langchain_chroma.Chroma`` (a subclass too, whatever methods it adds) gets the Chroma
+    adapter; anything else must implement :class:`WindowStore` itself.
+    """
     try:
         from langchain_chroma import Chroma
     except ImportError:  # pragma: no cover - langchain-chroma is a dependency
         Chroma = None  # type: ignore[assignment,misc]  # noqa: N806
     if Chroma is not None and isinstance(vectorstore, Chroma):
         return ChromaWindowStore(vectorstore)
+    if isinstance(vectorstore, WindowStore):
+        return vectorstore
     msg = (
         f"vectorstore must be a langchain_chroma.Chroma (or implement "
         f"window_retriever.WindowStore), got {type(vectorstore).__name__}"

@@ -33,6 +33,7 @@ from langchain_core.documents import Document
 from window_retriever._errors import ConfigurationError
 from window_retriever._ids import FILE_ID, START_INDEX
 from window_retriever._retriever import OVERRIDABLE, ContextWindowRetriever
+from window_retriever._stores import Embedded, Fetch, Search, execute, store_adapter
 from window_retriever._windows import DEFAULT_WINDOW_BUDGET
 
 Span = tuple[int, int]
@@ -70,8 +71,13 @@ def read_questions(path: str | Path) -> tuple[list[Question], list[str]]:
     """Read a JSONL questions file; return the questions and one message per bad line."""
     questions: list[Question] = []
     problems: list[str] = []
-    with open(path, encoding="utf-8") as lines:
-        for number, line in enumerate(lines, 1):
+    with open(path, "rb") as lines:
+        for number, raw in enumerate(lines, 1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as error:
+                problems.append(f"line {number}: not UTF-8 (byte {error.start + 1})")
+                continue
             if not line.strip():
                 continue
             try:
@@ -304,6 +310,15 @@ def parse_configs(text: str | Sequence[str]) -> list[Config]:
                     f"options: {', '.join(f'{name}=...' for name in allowed)}"
                 )
                 raise ConfigurationError(msg)
+            if key in ("k", "fetch_k", "window_budget") or (
+                key == "total_budget" and value.lower() != "none"
+            ):
+                number = _int_option(Config(item.strip(), kind), key, value)
+                if number < 1:
+                    msg = (
+                        f"option {key}={value} in configuration {item.strip()!r} must be at least 1"
+                    )
+                    raise ConfigurationError(msg)
             options[key] = value
         configs.append(Config(name=item.strip(), kind=kind, options=options))
     if not configs:
@@ -311,13 +326,21 @@ def parse_configs(text: str | Sequence[str]) -> list[Config]:
     return configs
 
 
-def make_retrieve(config: Config, vectorstore: Any) -> Retrieve:
-    """Build the retrieval function of a configuration over ``vectorstore``."""
+def make_retrieve(
+    config: Config, vectorstore: Any, counter: CountingStore | None = None
+) -> Retrieve:
+    """Build the retrieval function of a configuration over ``vectorstore``.
+
+    With a ``counter`` (a :class:`CountingStore` around the same store), the windowed
+    configurations make their store calls through it, and ``plain`` counts its one search.
+    """
     if config.kind == "plain":
 
         def plain(question: Question, budget: int) -> list[Piece]:
             k = int(config.options.get("k", max(4, budget // 100)))
             docs = vectorstore.similarity_search(question.question, k=k, filter=question.where)
+            if counter is not None:
+                counter.calls += 1
             return [_piece(doc) for doc in docs]
 
         return plain
@@ -344,7 +367,9 @@ def make_retrieve(config: Config, vectorstore: Any) -> Retrieve:
                 own["total_budget"] = budget
             if "k" not in own:
                 own["k"] = k_for(budget, own)
-            retriever = retrievers[budget] = ContextWindowRetriever(vectorstore=vectorstore, **own)
+            retriever = retrievers[budget] = ContextWindowRetriever(
+                vectorstore=counter if counter is not None else vectorstore, **own
+            )
         docs = retriever.invoke(question.question, filter=question.where)
         return [_piece(doc) for doc in docs]
 
@@ -449,7 +474,7 @@ class Report:
             matplotlib.use("Agg")
             import matplotlib.pyplot as plt
         except ImportError:
-            msg = "--plot needs matplotlib: pip install 'window-retriever[eval]'"
+            msg = "Report.plot needs matplotlib: pip install 'window-retriever[eval]'"
             raise ConfigurationError(msg) from None
         metric = "coverage" if any(r.coverage is not None for r in self.rows) else "answer_hit"
         figure, axes = plt.subplots(figsize=(9, 4.5))
@@ -504,12 +529,20 @@ def evaluate(
         budgets: Total context budgets, in characters.
         count_tokens: A token counter for the context length in tokens.
         retrievers: Extra configurations by name: functions (question, budget) -> pieces.
-        call_counter: Returns the number of store calls so far (for calls per query).
+        call_counter: Returns the number of store calls so far (for calls per query); by
+            default the calls are counted by a :class:`CountingStore` around ``vectorstore``.
         skipped: Messages of questions-file lines that were skipped, carried into the report.
     """
     if isinstance(configs, str):
         configs = parse_configs(configs)
-    functions: dict[str, Retrieve] = {c.name: make_retrieve(c, vectorstore) for c in configs}
+    if not budgets:
+        raise ConfigurationError("no budgets to evaluate at; e.g. budgets=[1000, 2000]")
+    counter = CountingStore(vectorstore)
+    functions: dict[str, Retrieve] = {
+        c.name: make_retrieve(c, vectorstore, counter) for c in configs
+    }
+    if call_counter is None:
+        call_counter = counter.count
     functions.update(retrievers or {})
     counted = {c.name for c in configs}  # extra retrievers use stores of their own
     if not questions:
@@ -524,11 +557,11 @@ def evaluate(
         for name, retrieve in functions.items():
             scores, latencies, tokens, calls = [], [], [], []
             for question in questions:
-                before = call_counter() if call_counter else 0
+                before = call_counter()
                 began = time.perf_counter()
                 pieces = retrieve(question, budget)
                 latencies.append((time.perf_counter() - began) * 1000)
-                if call_counter and name in counted:
+                if name in counted:
                     calls.append(call_counter() - before)
                 context = build_context(pieces, budget)
                 scores.append(score(question, context))
@@ -580,11 +613,47 @@ def _mean(values: Sequence[float | bool | None]) -> float | None:
     return statistics.fmean(present) if present else None
 
 
+class CountingStore:
+    """A ``WindowStore`` that counts the calls it passes on to the store it wraps.
+
+    Wraps a ``langchain_chroma.Chroma`` (or any ``WindowStore``) through the public adapter,
+    so nothing private is patched; ``calls`` is the number of searches and fetches so far.
+    """
+
+    def __init__(self, vectorstore: Any) -> None:
+        self.store = store_adapter(vectorstore)
+        self.calls = 0
+
+    def count(self) -> int:
+        """The calls so far."""
+        return self.calls
+
+    def search(self, request: Search) -> list[tuple[Document, float]]:
+        """Count, then search."""
+        self.calls += 1
+        return list(execute(self.store, request))
+
+    def fetch(self, request: Fetch) -> list[Document]:
+        """Count, then fetch."""
+        self.calls += 1
+        return list(execute(self.store, request))
+
+    def search_embedded(self, request: Search) -> Embedded:
+        """Count, then search with embeddings (a store without them says so)."""
+        self.calls += 1
+        return execute(self.store, request)  # type: ignore[no-any-return]
+
+    def fetch_embedded(self, request: Fetch) -> Embedded:
+        """Count, then fetch with embeddings."""
+        self.calls += 1
+        return execute(self.store, request)  # type: ignore[no-any-return]
+
+
 def count_store_calls(vectorstore: Any) -> Callable[[], int]:
     """Count the calls that reach a Chroma collection (``query`` and ``get``) from now on.
 
-    Wraps the two methods on the collection object of ``vectorstore`` (a
-    ``langchain_chroma.Chroma``); returns a function that tells the count so far.
+    Prefer :class:`CountingStore`, which wraps the store instead of patching it; this one
+    counts every caller's calls, including other code's, which a benchmark sometimes wants.
     """
     collection = vectorstore._collection
     count = [0]

@@ -16,6 +16,14 @@ from window_retriever._loaders import LoadOptions, load_file
 PAGES = Path(__file__).parents[2] / "examples" / "pages"
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark every test under tests/integration: `pytest -m "not integration"` is the fast set."""
+    folder = Path(__file__).parent
+    for item in items:
+        if folder in Path(str(item.fspath)).parents:
+            item.add_marker(pytest.mark.integration)
+
+
 def load_page(path: Path) -> Document:
     loaded = load_file(path, LoadOptions(selectors=["body"]))
     assert loaded.document is not None, loaded.error

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import socket
 import subprocess
@@ -44,6 +45,7 @@ class Site:
     port: int
     pages: dict[str, tuple[int, str, bytes, float]] = field(default_factory=dict)
     requests: list[str] = field(default_factory=list)
+    times: list[float] = field(default_factory=list)
 
     def url(self, path: str) -> str:
         return f"http://127.0.0.1:{self.port}{path}"
@@ -57,6 +59,7 @@ def site() -> Iterator[Site]:
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
             state.requests.append(self.path)
+            state.times.append(time.monotonic())
             status, kind, body, delay = state.pages.get(
                 self.path, (404, "text/html", b"not found", 0.0)
             )
@@ -510,3 +513,31 @@ def test_the_locomo_benchmark_runs_on_a_small_subset(tmp_path: Path) -> None:
     )
     results = json.loads((tmp_path / "out" / "results.json").read_text())
     assert results["questions"] == 6 and results["throughput"]["chunks"] > 0
+
+
+def test_rate_keeps_requests_to_one_host_apart(site: Site, tmp_path: Path) -> None:
+    urls = [site.url(p) for p in GOOD]
+    assert main(["ingest", *urls, "--db", str(tmp_path / "db"), "--rate", "1"]) == 0
+    assert len(site.times) == 3
+    gaps = [later - earlier for earlier, later in itertools.pairwise(site.times)]
+    assert min(gaps) >= 0.9  # one request a second; without the limit, embedding time only
+
+
+def test_query_into_a_closed_pipe_is_not_an_error(
+    site: Site, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db = tmp_path / "db"
+    assert ingest(site, db, GOOD) == 0
+    capsys.readouterr()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "window_retriever", "query", "bees", "--db", str(db), "-k", "3"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert process.stdout is not None and process.stderr is not None
+    process.stdout.read(1)
+    process.stdout.close()  # `| head -c 1`
+    error = process.stderr.read().decode()
+    process.stderr.close()
+    assert process.wait(timeout=120) == 0
+    assert "Error" not in error and "Traceback" not in error

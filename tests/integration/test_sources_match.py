@@ -307,7 +307,7 @@ def test_a_gzip_bomb_is_refused_at_the_size_cap(
         capsys, server.url("/bomb.html"), "--db", str(tmp_path / "db"), "--max-size-mb", "1"
     )
     assert status == 1
-    assert any("larger than 1 MiB; raise the limit" in line for line in lines)
+    assert any("larger than 1 MiB; raise --max-size-mb to ingest it" in line for line in lines)
 
 
 def test_the_declared_charset_wins_and_binary_bytes_are_refused(

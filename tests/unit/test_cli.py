@@ -108,6 +108,23 @@ def test_no_command_prints_usage_and_fails(capsys: pytest.CaptureFixture[str]) -
             "--total-budget N caps all windows together",
         ),
         (
+            ["eval", "q.jsonl", "--total-budgets", ","],
+            "--total-budgets takes positive whole numbers, e.g. 1000,2000,4000, got ','",
+        ),
+        (
+            ["eval", "q.jsonl", "--configs", "plain:k=-1"],
+            "option k=-1 in configuration 'plain:k=-1' must be at least 1",
+        ),
+        (
+            ["eval", "q.jsonl", "--configs", "window:window_budget=abc"],
+            "option window_budget='abc' in configuration 'window:window_budget=abc' must be a "
+            "whole number",
+        ),
+        (
+            ["eval", "q.jsonl", "--json", "/no/such/folder/out.json"],
+            "--json /no/such/folder/out.json: cannot write there",
+        ),
+        (
             ["demo", "--expansion", "adaptive"],
             "--expansion adaptive shares one budget between windows: give --total-budget N",
         ),
@@ -216,3 +233,37 @@ def test_a_directory_is_walked(tmp_path: Path, capsys: pytest.CaptureFixture[str
     (tmp_path / "docs" / "image.png").write_bytes(b"\x89PNG")
     assert main(["ingest", str(tmp_path / "docs"), "--db", str(tmp_path / "db")]) == 0
     assert capsys.readouterr().out.splitlines()[-1].startswith("2 sources: 2 ingested")
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (
+            ["query"],
+            "the following arguments are required: question (see 'window-retriever query --help')",
+        ),
+        (
+            ["ingest", "x", "--chunk-size", "big"],
+            "argument --chunk-size: invalid int value: 'big' (see 'window-retriever ingest --help')",
+        ),
+        (["frobnicate"], "argument COMMAND: invalid choice: 'frobnicate'"),
+    ],
+)
+def test_usage_errors_are_one_line(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main(argv)
+    assert exit_.value.code == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1
+    assert lines[0].startswith(f"window-retriever: error: {message}")
+
+
+def test_a_db_that_is_a_file_is_named(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    file = tmp_path / "db"
+    file.write_text("not a store", encoding="utf-8")
+    assert fails(["query", "q", "--db", str(file)], capsys) == (
+        f"window-retriever: error: --db {file} is a file, not a store directory"
+    )
+    assert file.read_text(encoding="utf-8") == "not a store"

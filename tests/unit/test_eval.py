@@ -13,7 +13,7 @@ from langchain_chroma import Chroma
 from langchain_core.documents import Document
 from langchain_text_splitters import RecursiveCharacterTextSplitter
 
-from window_retriever import ConfigurationError, WindowSplitter, add_chunks
+from window_retriever import ConfigurationError, ContextWindowRetriever, WindowSplitter, add_chunks
 from window_retriever.evaluation import (
     Piece,
     Question,
@@ -201,11 +201,48 @@ def test_evaluate_compares_configurations_at_equal_budgets(
     ]
     for row in report.rows:
         assert row.characters <= row.budget
-        assert 0 <= row.coverage <= 1  # type: ignore[operator]
+        assert row.store_calls == (1.0 if row.config == "plain" else 2.0)
+    # an independent oracle: the same contexts built by hand, gold measured as sets of offsets
+    gold = set(range(start, start + 200))
+    for row in report.rows:
+        if row.config == "plain":
+            docs = store.similarity_search(question.question, k=max(4, row.budget // 100))
+        else:
+            retriever = ContextWindowRetriever(
+                vectorstore=store, window_budget=240, expansion="static", total_budget=row.budget
+            )
+            docs = retriever.invoke(question.question, k=max(4, row.budget // 200))
+        covered: set[int] = set()
+        used = 0
+        for doc in docs:
+            room = row.budget - used - (2 if used else 0)
+            if room <= 0:
+                break
+            taken = min(room, len(doc.page_content))
+            first = doc.metadata["start_index"]
+            covered |= set(range(first, first + taken))
+            used += taken + (2 if used else 0)
+        assert row.coverage == pytest.approx(len(covered & gold) / len(gold)), row.config
+        assert row.full_coverage == float(gold <= covered)
+        assert row.answer_hit == float("topic 7" in " ".join(d.page_content for d in docs))
     assert report.rows[0].coverage_vs_plain is None and report.rows[1].coverage_vs_plain is not None
+    mine, base = report.rows[1].coverage, report.rows[0].coverage
+    assert report.rows[1].coverage_vs_plain[0] == pytest.approx(mine - base)  # type: ignore[index,operator]
     table = report.table()
     assert table.splitlines()[0].startswith("| config | budget | coverage")
     plot = tmp_path / "c.png"
     report.plot(plot)
     assert plot.read_bytes()[:4] == b"\x89PNG"
     assert json.loads(json.dumps(report.to_json()))["rows"][0]["config"] == "plain"
+
+
+def test_a_line_that_is_not_utf8_is_skipped_not_fatal(tmp_path: Path) -> None:
+    path = tmp_path / "q.jsonl"
+    path.write_bytes(
+        b'{"question": "one?", "answer": "a"}\n'
+        b'{"question": "caf\xe9?", "answer": "b"}\n'
+        b'{"question": "three?", "answer": "c"}\n'
+    )
+    questions, problems = read_questions(path)
+    assert [q.question for q in questions] == ["one?", "three?"]
+    assert problems == ["line 2: not UTF-8 (byte 18)"]

@@ -16,7 +16,9 @@ from tests.conftest import StoreSpy
 from window_retriever import (
     ConfigurationError,
     ContextWindowRetriever,
+    Fetch,
     MissingWindowMetadataError,
+    Search,
     WindowSplitter,
     add_chunks,
 )
@@ -129,16 +131,39 @@ def test_short_neighbours_cost_one_more_fetch_and_the_window_still_fills(
     assert doc.page_content == text[doc.metadata["start_index"] : doc.metadata["end_index"]]
 
 
+class TwoHits:
+    """A custom WindowStore: the search always finds gamma's chunks 5 and 7, the fetch is
+    Chroma's own. It proves a store of one's own works end to end."""
+
+    def __init__(self, store: Chroma, chunks: list[Document]) -> None:
+        self.store = store
+        self.hits = [(chunk(chunks, "gamma", 5), 0.1), (chunk(chunks, "gamma", 7), 0.3)]
+
+    def search(self, request: Search) -> list[tuple[Document, float]]:
+        return self.hits[: request.k]
+
+    def fetch(self, request: Fetch) -> list[Document]:
+        return self.store.get_by_ids(list(request.ids))
+
+
 def test_adjacent_hits_merge_into_one_document_with_the_best_score(
     corpus: tuple[Chroma, list[Document]],
 ) -> None:
     store, chunks = corpus
-    retriever = ContextWindowRetriever(vectorstore=store, k=1, window_budget=300, fetch_k=8)
-    # the query equals chunk 5; chunk 5 and its neighbours share most words, so several
-    # nearby hits land in the same window
-    docs = retriever.invoke(chunk(chunks, "gamma", 5).page_content)
-    (doc,) = docs
-    assert doc.metadata["score"] == min(doc.metadata["hit_scores"])
+    size = len(chunk(chunks, "gamma", 5).page_content)
+    # each hit grows to about three chunks: 4..6 and 6..8 overlap, so they must merge
+    retriever = ContextWindowRetriever(
+        vectorstore=TwoHits(store, chunks), k=2, window_budget=3 * size
+    )
+    (doc,) = retriever.invoke("anything")
+    assert doc.metadata["hit_chunk_ids"] == [
+        chunk(chunks, "gamma", 5).metadata["chunk_id"],
+        chunk(chunks, "gamma", 7).metadata["chunk_id"],
+    ]
+    indexes = [int(i.rsplit(":", 1)[1]) for i in doc.metadata["chunk_ids"]]
+    assert indexes == list(range(min(indexes), max(indexes) + 1))
+    assert min(indexes) < 5 and max(indexes) > 7
+    assert doc.metadata["score"] == 0.1 == min(doc.metadata["hit_scores"])
     text = SOURCES["gamma"]
     assert doc.page_content == text[doc.metadata["start_index"] : doc.metadata["end_index"]]
 
@@ -272,13 +297,17 @@ def test_a_filter_the_evaluator_cannot_decide_goes_to_the_store(
 
 def test_where_document_applies_to_neighbours(make_store: Callable[..., Chroma]) -> None:
     store = make_store()
-    add_chunks(store, split([Document(page_content=SOURCES["alpha"], metadata={"source": "a"})]))
+    chunks = split([Document(page_content=SOURCES["alpha"], metadata={"source": "a"})])
+    add_chunks(store, chunks)
+    allowed = {c.metadata["chunk_id"] for c in chunks if "sentence 1" in c.page_content}
+    assert 0 < len(allowed) < len(chunks)
     docs = ContextWindowRetriever(
         vectorstore=store, k=2, window_budget=2000, where_document={"$contains": "sentence 1"}
     ).invoke("alpha sentence 12")
     assert docs
-    for doc in docs:  # only chunks that contain "sentence 1" may take part
-        assert "sentence 1" in doc.page_content
+    for doc in docs:  # every chunk of every window contains "sentence 1", not just the hit
+        assert set(doc.metadata["chunk_ids"]) <= allowed
+    assert any(len(doc.metadata["chunk_ids"]) > 1 for doc in docs)  # neighbours did join
 
 
 # ---- chunks without window metadata --------------------------------------------------------
@@ -315,6 +344,43 @@ def test_chunks_stored_under_other_ids_say_how_to_fix_it(
 
 
 # ---- sync and async, overrides, batch ------------------------------------------------------
+
+
+async def test_async_never_holds_the_event_loop_for_a_store_call(
+    corpus: tuple[Chroma, list[Document]],
+) -> None:
+    import asyncio
+    import itertools
+    import time
+
+    store, chunks = corpus
+
+    class SlowStore:
+        """A blocking store: every call sleeps 0.2 s, as a slow network would."""
+
+        def search(self, request: Search) -> list[tuple[Document, float]]:
+            time.sleep(0.2)
+            return store.similarity_search_with_score(request.query, k=request.k)
+
+        def fetch(self, request: Fetch) -> list[Document]:
+            time.sleep(0.2)
+            return store.get_by_ids(list(request.ids))
+
+    retriever = ContextWindowRetriever(vectorstore=SlowStore(), k=2, window_budget=400)
+    beats: list[float] = []
+
+    async def heartbeat() -> None:
+        while True:
+            beats.append(time.perf_counter())
+            await asyncio.sleep(0.01)
+
+    ticker = asyncio.create_task(heartbeat())
+    await asyncio.sleep(0.02)
+    docs = await asyncio.gather(*(retriever.ainvoke(c.page_content) for c in chunks[:4]))
+    ticker.cancel()
+    assert all(docs)
+    gaps = [later - earlier for earlier, later in itertools.pairwise(beats)]
+    assert max(gaps) < 0.15  # a store call on the loop would stall it for 0.2 s
 
 
 async def test_async_gives_the_same_windows_as_sync(corpus: tuple[Chroma, list[Document]]) -> None:
@@ -369,3 +435,24 @@ def test_an_unsupported_store_is_named() -> None:
         ConfigurationError, match=r"langchain_chroma.Chroma .*got InMemoryVectorStore"
     ):
         ContextWindowRetriever(vectorstore=InMemoryVectorStore(DeterministicFakeEmbedding(size=8)))
+
+
+def test_a_chroma_subclass_with_a_fetch_method_is_still_chroma(
+    corpus: tuple[Chroma, list[Document]],
+) -> None:
+    from window_retriever import ChromaWindowStore
+
+    store, chunks = corpus
+
+    class MyChroma(Chroma):
+        def fetch(self, *args: Any, **kwargs: Any) -> Any:  # an unrelated method of the user's
+            raise AssertionError("never called by the retriever")
+
+    mine = MyChroma(
+        collection_name=store._collection.name,
+        embedding_function=store.embeddings,
+        client=store._client,
+    )
+    retriever = ContextWindowRetriever(vectorstore=mine, k=2)
+    assert isinstance(retriever._store, ChromaWindowStore)
+    assert retriever.invoke(chunks[3].page_content)
