@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 
 from window_retriever._windows import (
     _DIRECTIONS,
+    MAX_PLANNED,
     Chunk,
     Hit,
     LengthFunction,
@@ -88,6 +89,8 @@ def plan_adaptive_fetch(
                 position = (file_id, index + sign * step)
                 if position[1] >= 0 and position not in known:
                     planned[position] = None
+                if len(planned) >= MAX_PLANNED:
+                    return list(planned)
     return list(planned)
 
 
@@ -161,7 +164,7 @@ def select_adaptive(
     ranked = sorted(range(len(hits)), key=lambda r: (-_relevance(hits[r], relevance), r))
     if not ranked:
         return [], False
-    best = hits[ranked[0]]
+    best = hits[0]  # the search's best, by the store's own distance
     if measure.text(best.chunk) > total_budget:
         return [_freeze_single(best)], True
 

@@ -288,7 +288,7 @@ def _window_arguments(parser: argparse.ArgumentParser, *, k: int) -> None:
 
 def _ingest(args: argparse.Namespace) -> int:
     from window_retriever._ingest import OWNER_KEYS, ingest_sources, prune_missing
-    from window_retriever._loaders import LoadOptions, expand, is_url
+    from window_retriever._loaders import EMPTY, GONE, LoadOptions, expand, is_url
     from window_retriever._splitter import WindowSplitter
 
     metadata = _parse_metadata(args.metadata)
@@ -305,29 +305,33 @@ def _ingest(args: argparse.Namespace) -> int:
         requests_per_second=args.rate,
         max_bytes=int(args.max_size_mb * 1024 * 1024),
     )
+    unreadable: list[str] = []
     try:
-        specs = expand(args.sources)
+        specs = expand(args.sources, unreadable)
     except ValueError as error:
         raise CommandError(str(error)) from None
-    directories = [spec for spec in args.sources if not is_url(spec) and Path(spec).is_dir()]
+    directories = [spec for spec in args.sources if not is_url(spec) and _is_directory(spec)]
     counts = dict.fromkeys(
         ("added", "updated", "unchanged", "failed", "written", "removed", "gone"), 0
     )
     present: set[str] = set()
     with _opened_for_writing(args) as store, _Progress(len(specs)) as progress:
+        for folder in unreadable:
+            counts["failed"] += 1
+            progress.line(f"failed    {folder}: cannot list this folder (kept as stored)")
         results = ingest_sources(
             store, specs, splitter=window_splitter, options=options, metadata=metadata
         )
         for result in results:
             outcome = result.outcome
             if outcome is None:
-                if result.error not in _GONE:
-                    present.add(_resolved(result.name))  # failed now, kept as it was
+                if result.error not in (GONE, EMPTY):
+                    present.add(os.path.abspath(result.name))  # failed now, kept as it was
                 counts["failed"] += 1
                 progress.line(f"failed    {result.name}: {_cli_words(result.error or '')}")
                 progress.advance(0)
                 continue
-            present.add(_resolved(result.name))
+            present.add(os.path.abspath(result.name))
             counts[outcome.status] += 1
             counts["written"] += outcome.written
             counts["removed"] += outcome.removed
@@ -341,7 +345,8 @@ def _ingest(args: argparse.Namespace) -> int:
         if not args.keep_missing:
             owner = {key: metadata[key] for key in owners}
             for directory in directories:
-                for pruned in prune_missing(store, directory, present, where=_where(owner)):
+                gone = prune_missing(store, directory, present, owner=owner, skip=unreadable)
+                for pruned in gone:
                     counts["gone"] += 1
                     counts["removed"] += pruned.chunks
                     progress.line(f"removed   {pruned.source}: gone ({pruned.chunks} chunks)")
@@ -488,10 +493,6 @@ def _demo(args: argparse.Namespace) -> int:
 # ---- helpers ----------------------------------------------------------------------------------
 
 
-# Load errors that mean a file is no longer there to ingest: its stored chunks are pruned.
-_GONE = frozenset({"no such file or directory", "no text"})
-
-
 # Library messages name library arguments; on the command line they are these options.
 _CLI_WORDS = (
     ("raise max_bytes", "raise --max-size-mb"),
@@ -508,21 +509,11 @@ def _cli_words(message: str) -> str:
     return message
 
 
-def _resolved(name: str) -> str:
-    """The absolute path a loaded file is stored under (a symlink loop stays as it is)."""
+def _is_directory(spec: str) -> bool:
     try:
-        return str(Path(name).resolve())
-    except (OSError, RuntimeError):
-        return os.path.abspath(name)
-
-
-def _where(values: dict[str, Any]) -> dict[str, Any] | None:
-    """A Chroma filter that all of ``values`` match (None for none)."""
-    if not values:
-        return None
-    if len(values) == 1:
-        return dict(values)
-    return {"$and": [{key: value} for key, value in values.items()]}
+        return Path(spec).is_dir()
+    except OSError:
+        return False
 
 
 def _check_window_arguments(args: argparse.Namespace) -> None:

@@ -107,13 +107,14 @@ def sync_file(
     *,
     batch_size: int | None = None,
     owner_keys: Sequence[str] = OWNER_KEYS,
+    replace_source_copies: bool = False,
 ) -> FileOutcome:
     """Make the store hold exactly ``chunks`` for their file, embedding only what changed.
 
     ``chunks`` are all the chunks of one file, from ``WindowSplitter`` (one ``file_id``, one
     ``file_version``). The store's chunks of that file are read first (ids and metadata, no
-    embeddings), together with any stored under the same ``source`` with another file id.
-    Then:
+    embeddings), and with ``replace_source_copies`` also those stored under the same
+    ``source`` with another file id. Then:
 
     - chunks already stored with this version are left alone (an unchanged file, or one whose
       earlier ingest was killed half-way, costs no embedding for them). The version hashes
@@ -121,9 +122,11 @@ def sync_file(
     - the others are upserted under the same ids, so every position holds the old or the new
       version at every moment and the file is never missing (windows join only chunks of the
       hit's version, so a half-written file never yields a mixed window);
-    - last, chunks at positions the new version no longer has are deleted, and so are older
-      copies of the same ``source`` under another file id with the same owner (e.g. from an
-      ingest that put other metadata into the file id).
+    - last, chunks at positions the new version no longer has are deleted; with
+      ``replace_source_copies`` (what the ingest command passes, one file per source and
+      owner) so are copies of the same ``source`` under another file id with the same owner,
+      e.g. from an ingest that put other metadata into the file id. Leave it off when one
+      source holds several files (``file_id_keys=("source", "page")``).
 
     A run killed at any point and run again converges to the same store, without duplicates.
 
@@ -147,7 +150,11 @@ def sync_file(
     owner = {key: first.get(key) for key in owner_keys}
     source = first.get("source")
     where: dict[str, Any] = {FILE_ID: file_id}
-    if isinstance(source, str | int | float) and not isinstance(source, bool):
+    if (
+        replace_source_copies
+        and isinstance(source, str | int | float)
+        and not isinstance(source, bool)
+    ):
         where = {"$or": [{FILE_ID: file_id}, {"source": source}]}
     stored = vectorstore.get(where=where, include=["metadatas"])
     stored_versions: dict[str, Any] = {}
@@ -220,7 +227,7 @@ def ingest_sources(
         loaded.document.metadata.update(metadata or {})
         chunks = splitter.split_documents([loaded.document])
         try:
-            outcome = sync_file(vectorstore, chunks)
+            outcome = sync_file(vectorstore, chunks, replace_source_copies=True)
         except OwnershipError as error:
             yield SourceOutcome(loaded.name, error=str(error))
             continue
@@ -240,32 +247,38 @@ def prune_missing(
     directory: str | Path,
     keep: Iterable[str],
     *,
-    where: Mapping[str, Any] | None = None,
+    owner: Mapping[str, Any] | None = None,
+    owner_keys: Sequence[str] = OWNER_KEYS,
+    skip: Iterable[str] = (),
     page_size: int = 5000,
 ) -> list[Pruned]:
     """Delete the stored files below ``directory`` whose source is not in ``keep``.
 
     After a directory is ingested again, ``keep`` holds the sources that are still there (and
     not empty): what else the store holds below the directory was deleted or emptied since,
-    and would otherwise go on answering queries. ``where`` restricts the pruning to one
-    owner's files (``{"tenant": "a"}``); other owners' copies are never touched. Metadata is
-    read page by page (no embeddings).
+    and would otherwise go on answering queries. Only the files of ``owner`` are pruned: a
+    stored file whose value of any of ``owner_keys`` differs (a missing key is ``None``) is
+    another owner's and never touched. Nothing below a folder in ``skip`` (one that could
+    not be listed) is pruned. Metadata is read page by page (no embeddings).
     """
-    prefix = str(Path(directory).resolve()).rstrip(os.sep) + os.sep
+    prefix = os.path.abspath(directory).rstrip(os.sep) + os.sep
     kept = set(keep)
+    owner = dict(owner or {})
+    unlisted = [os.path.abspath(folder).rstrip(os.sep) + os.sep for folder in skip]
     doomed: dict[str, list[str]] = {}
     offset = 0
     while True:
-        page = vectorstore.get(
-            where=dict(where) if where else None,
-            include=["metadatas"],
-            limit=page_size,
-            offset=offset,
-        )
+        page = vectorstore.get(include=["metadatas"], limit=page_size, offset=offset)
         for chunk_id, metadata in zip(page["ids"], page["metadatas"], strict=True):
-            source = (metadata or {}).get("source")
-            if isinstance(source, str) and source.startswith(prefix) and source not in kept:
-                doomed.setdefault(source, []).append(chunk_id)
+            metadata = metadata or {}
+            source = metadata.get("source")
+            if not isinstance(source, str) or not source.startswith(prefix) or source in kept:
+                continue
+            if any(metadata.get(key) != owner.get(key) for key in owner_keys):
+                continue  # another owner's file
+            if any(source.startswith(folder) for folder in unlisted):
+                continue  # below a folder that could not be read: not known to be gone
+            doomed.setdefault(source, []).append(chunk_id)
         if len(page["ids"]) < page_size:
             break
         offset += page_size

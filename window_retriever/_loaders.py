@@ -12,6 +12,7 @@ import html
 import os
 import re
 import stat
+import threading
 import time
 import warnings
 from collections.abc import Iterable, Iterator, Sequence
@@ -25,10 +26,15 @@ from langchain_core.documents import Document
 from window_retriever._version import __version__
 
 USER_AGENT = f"window-retriever/{__version__} (+https://pypi.org/project/window-retriever/)"
+_ABANDONED = "abandoned"
+GONE = "no such file or directory"
+"""The error of a local source that is not there (any more)."""
+EMPTY = "no text"
+"""The error of a source with no text: for a file, as good as gone."""
 HTML_SUFFIXES = frozenset({".html", ".htm", ".xhtml"})
 TEXT_SUFFIXES = frozenset({".txt", ".md", ".markdown", ".rst"})
 _HTML_TYPES = ("text/html", "application/xhtml+xml")
-_TITLE = re.compile(r"<title[^>]*>(.*?)</title>", re.IGNORECASE | re.DOTALL)
+_TITLE = re.compile(r"<head.*?<title[^>]*>(.*?)</title>", re.IGNORECASE | re.DOTALL)
 _META_CHARSET = re.compile(rb"""<meta[^>]+charset\s*=\s*["']?([A-Za-z0-9_.:-]+)""", re.IGNORECASE)
 _FRONT_MATTER = re.compile(r"\A---[ \t]*\n(.*?\n)?---[ \t]*(\n|\Z)", re.DOTALL)
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
@@ -79,11 +85,12 @@ def is_url(spec: str) -> bool:
     return urlsplit(spec).scheme in ("http", "https")
 
 
-def expand(specs: Iterable[str]) -> list[str]:
+def expand(specs: Iterable[str], unreadable: list[str] | None = None) -> list[str]:
     """Expand directories into the HTML and text files below them, in a stable order.
 
     Web addresses lose their ``#fragment`` (it names a place in a page, not another page),
-    and a source given twice is loaded once.
+    and a source given twice is loaded once. A folder below a directory that cannot be listed
+    is appended to ``unreadable`` (when given) instead of being passed over in silence.
 
     Raises:
         ValueError: A source is empty (often an unset shell variable): loading it would
@@ -98,18 +105,36 @@ def expand(specs: Iterable[str]) -> list[str]:
             )
             raise ValueError(msg)
         if is_url(spec):
-            spec = urlsplit(spec)._replace(fragment="").geturl()
-        path = Path(spec)
-        if not is_url(spec) and path.is_dir():
-            files = sorted(
-                p
-                for p in path.rglob("*")
-                if p.is_file() and p.suffix.lower() in HTML_SUFFIXES | TEXT_SUFFIXES
-            )
-            out.extend(str(p) for p in files)
+            out.append(urlsplit(spec)._replace(fragment="").geturl())
+        elif _is_dir(spec):
+            out.extend(_walk(spec, unreadable))
         else:
             out.append(spec)
     return list(dict.fromkeys(out))
+
+
+def _is_dir(spec: str) -> bool:
+    try:
+        return Path(spec).is_dir()
+    except OSError:
+        return False
+
+
+def _walk(directory: str, unreadable: list[str] | None) -> list[str]:
+    suffixes = HTML_SUFFIXES | TEXT_SUFFIXES
+
+    def failed(error: OSError) -> None:
+        if unreadable is not None:
+            unreadable.append(str(error.filename or directory))
+
+    found: list[str] = []
+    for folder, folders, files in os.walk(directory, onerror=failed, followlinks=True):
+        folders.sort()
+        for name in sorted(files):
+            path = os.path.join(folder, name)
+            if Path(name).suffix.lower() in suffixes:
+                found.append(path)
+    return sorted(found)
 
 
 def load_sources(specs: Sequence[str], options: LoadOptions) -> Iterator[Loaded]:
@@ -124,7 +149,11 @@ def load_sources(specs: Sequence[str], options: LoadOptions) -> Iterator[Loaded]
                 time.sleep(wait)
             session = session or _session(options)
             try:
-                yield _guarded(spec, _load_url, spec, options, *session)
+                loaded = _guarded(spec, _load_url, spec, options, *session)
+                if loaded.error == _ABANDONED:
+                    session = None  # a thread still holds it
+                    loaded = Loaded(spec, error=f"timed out after {options.timeout:g} s")
+                yield loaded
             finally:
                 last_request[host] = time.monotonic()
         else:
@@ -148,7 +177,9 @@ def load_file(path: Path, options: LoadOptions | None = None) -> Loaded:
     except OSError as error:
         if error.errno == errno.ELOOP:
             return Loaded(name, error="a symbolic link loop")
-        return Loaded(name, error="no such file or directory")
+        if error.errno in (errno.ENOENT, errno.ENOTDIR):
+            return Loaded(name, error=GONE)
+        return Loaded(name, error=f"cannot read: {error.strerror or error}")
     if not stat.S_ISREG(status.st_mode):
         return Loaded(name, error="not a regular file (a pipe, device or socket is not read)")
     if path.suffix.lower() not in HTML_SUFFIXES | TEXT_SUFFIXES:
@@ -162,15 +193,12 @@ def load_file(path: Path, options: LoadOptions | None = None) -> Loaded:
         return Loaded(name, error="not UTF-8 text")
     except OSError as error:
         return Loaded(name, error=f"cannot read: {error.strerror or error}")
-    metadata: dict[str, Any] = {"source": str(path.resolve())}
+    metadata: dict[str, Any] = {"source": os.path.abspath(path)}  # as found, links not followed
     if path.suffix.lower() in HTML_SUFFIXES:
-        title = _soup(raw, ()).title
-        if title is not None and title.get_text().strip():
-            metadata["title"] = " ".join(title.get_text().split())
-        soup = _soup(raw, options.selectors)
-        for element in soup.find_all(["title", "script", "style"]):
-            element.decompose()  # the title is metadata, not the first words of the text
-        text = soup.get_text()
+        title = _head_title(_soup(raw, ()))
+        if title:
+            metadata["title"] = title
+        text = _html_text(_soup(raw, options.selectors))
     else:
         text = raw.removeprefix("\ufeff")
         if path.suffix.lower() in (".md", ".markdown"):
@@ -192,7 +220,7 @@ def _finish(name: str, text: str, metadata: dict[str, Any], options: LoadOptions
         where = (
             f" in the elements of class {' '.join(options.selectors)}" if options.selectors else ""
         )
-        return Loaded(name, error=f"no text{where}")
+        return Loaded(name, error=f"{EMPTY}{where}")
     return Loaded(name, Document(page_content=text, metadata=metadata))
 
 
@@ -213,6 +241,10 @@ class _LimitError(Exception):
     pass
 
 
+class _AbandonedError(_LimitError):
+    """The request still runs in a thread of its own: its session must not be used again."""
+
+
 def _session(options: LoadOptions) -> tuple[Any, dict[str, str]]:
     import requests
 
@@ -224,10 +256,9 @@ def _session(options: LoadOptions) -> tuple[Any, dict[str, str]]:
         def request(self, method: str, url: str, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
             deadline = time.monotonic() + options.timeout
             kwargs["stream"] = True
+            kwargs["timeout"] = options.timeout
             response = super().request(method, url, *args, **kwargs)
             self.final_url = urlsplit(response.url)._replace(fragment="").geturl()
-            if not response.ok:
-                return response
             body = bytearray()
             try:
                 while True:
@@ -254,7 +285,8 @@ def _session(options: LoadOptions) -> tuple[Any, dict[str, str]]:
             return  # a redirect's own type does not matter, the page it leads to does
         kind = response.headers.get("Content-Type", "").split(";")[0].strip().lower()
         if kind not in _HTML_TYPES:
-            raise _NotHTMLError(kind or "no content type")
+            response.close()  # the body is not wanted: let the connection go now
+            raise _NotHTMLError(kind or "none sent")
 
     session = BoundedSession()
     titles: dict[str, str] = {}
@@ -315,9 +347,11 @@ def _load_url(url: str, options: LoadOptions, session: Any, titles: dict[str, st
         autoset_encoding=False,  # keep the charset the server or the page declares
     )
     try:
-        soup = loader.scrape()
+        soup = _within(options.timeout, loader.scrape)
     except _NotHTMLError as error:
         return Loaded(url, error=f"not HTML (content type {error})")
+    except _AbandonedError:
+        return Loaded(url, error=_ABANDONED)
     except _LimitError as error:
         return Loaded(url, error=str(error))
     except requests.HTTPError as error:
@@ -334,7 +368,7 @@ def _load_url(url: str, options: LoadOptions, session: Any, titles: dict[str, st
         return Loaded(url, error=f"request failed ({_root_cause(error)})")
     final = session.final_url or url
     metadata: dict[str, Any] = {"source": final}  # the page's own address, after redirects
-    title = titles.get(final) or (soup.title.get_text() if soup.title else "")
+    title = titles.get(final) or _head_title(soup)
     if " ".join(title.split()):
         metadata["title"] = " ".join(title.split())
     language = soup.find("html")
@@ -382,14 +416,61 @@ _BLOCKS = [
 ]
 
 
+def _within(seconds: float, work: Any) -> Any:
+    """Run ``work()`` and give up after ``seconds`` (plus a little), whatever it waits on.
+
+    The deadline inside the session bounds the body; this bounds the rest (slowly sent
+    headers, a chain of slow redirects). A call given up on goes on in a daemon thread until
+    its server lets go; its session is not used again.
+    """
+    done: list[Any] = []
+    failed: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            done.append(work())
+        except BaseException as error:  # handed to the caller, whatever it is
+            failed.append(error)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(seconds + 0.5)
+    if thread.is_alive():
+        raise _AbandonedError(f"timed out after {seconds:g} s")
+    if failed:
+        raise failed[0]
+    return done[0]
+
+
 def _html_text(soup: Any) -> str:
-    """A page's text: the title and scripts left out, block elements on lines of their own."""
+    """A page's text: title and scripts left out, block elements never glued together.
+
+    Where the HTML already puts whitespace between two blocks, it is kept as it is (so the
+    text of a well-formatted page does not change); where blocks touch (``</p><p>``), a
+    newline separates them.
+    """
     for element in soup.find_all(["title", "script", "style", "noscript", "template"]):
         element.decompose()
     for element in soup.find_all(_BLOCKS):
-        element.insert_before("\n")
-        element.insert_after("\n")
-    return str(soup.get_text())
+        element.insert_before(_SEAM)
+        element.insert_after(_SEAM)
+    return _SEAMS.sub(_seam, str(soup.get_text()))
+
+
+_SEAM = "\x00"
+_SEAMS = re.compile(r"[\s\x00]*\x00[\s\x00]*")
+
+
+def _seam(match: re.Match[str]) -> str:
+    whitespace = match.group(0).replace(_SEAM, "")
+    return whitespace if whitespace else "\n"
+
+
+def _head_title(soup: Any) -> str:
+    """The page's ``<title>`` from its head (an ``<svg><title>`` in the body is not it)."""
+    head = soup.head
+    title = head.find("title") if head is not None else None
+    return " ".join(title.get_text().split()) if title is not None else ""
 
 
 def _root_cause(error: BaseException) -> str:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Generator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 import numpy as np
@@ -260,7 +260,7 @@ class ContextWindowRetriever(BaseRetriever):
                 vectors[document.id or ""] = vector
         else:
             pairs = list(found)
-        hits = [self._hit(document, distance) for document, distance in pairs]
+        hits = _unique([self._hit(document, distance) for document, distance in pairs])
         chunks: dict[Position, Chunk] = {}
         for hit in hits:
             if hit.chunk.position is not None:
@@ -297,7 +297,7 @@ class ContextWindowRetriever(BaseRetriever):
             else:
                 _admit(fetched, ids, predicate, chunks)
         if adaptive:
-            relevance = _similarities(found.query_embedding, chunks, hits, vectors)
+            relevance = _relevance(found.query_embedding, found.space, chunks, hits, vectors)
             windows, over = select_adaptive(
                 hits,
                 chunks,
@@ -335,7 +335,7 @@ class ContextWindowRetriever(BaseRetriever):
         fetch_k = params.fetch_k
         while True:
             results = yield Search(query, fetch_k, params.filter, params.where_document)
-            hits = [self._hit(document, distance) for document, distance in results]
+            hits = _unique([self._hit(document, distance) for document, distance in results])
             chunks: dict[Position, Chunk] = {}
             for hit in hits:
                 if hit.chunk.position is not None:
@@ -459,6 +459,23 @@ class ContextWindowRetriever(BaseRetriever):
         return Hit(chunk=chunk, distance=float(distance))
 
 
+def _unique(hits: Sequence[Hit]) -> list[Hit]:
+    """Each chunk once (a store may return one twice).
+
+    A hit that has neither an id nor window metadata gets a key of its own, so two such hits
+    never pass for one chunk.
+    """
+    seen: set[str] = set()
+    unique: list[Hit] = []
+    for rank, hit in enumerate(hits):
+        if not hit.chunk.id:
+            hit = Hit(replace(hit.chunk, id=f"#hit-{rank}"), hit.distance)
+        if hit.chunk.id not in seen:
+            seen.add(hit.chunk.id)
+            unique.append(hit)
+    return unique
+
+
 def _chunk(document: Document) -> tuple[Chunk, str | None]:
     """Read a stored document as a chunk; say what is wrong if it cannot grow into a window."""
     metadata = document.metadata
@@ -518,13 +535,18 @@ def _admit(
         chunks[position] = chunk
 
 
-def _similarities(
+def _relevance(
     query: Sequence[float] | None,
+    space: str,
     chunks: Mapping[Position, Chunk],
     hits: Sequence[Hit],
     vectors: Mapping[str, Sequence[float]],
 ) -> dict[str, float]:
-    """Cosine similarity to the query of every chunk whose stored embedding came back."""
+    """Minus the store's own distance to the query, for every chunk whose embedding came back.
+
+    The same measure the search ranked by (squared L2, cosine or inner product), so hits keep
+    the search's order and neighbours are measured on the same scale.
+    """
     if query is None:
         return {}
     ids = list(dict.fromkeys([*(c.id for c in chunks.values()), *(h.chunk.id for h in hits)]))
@@ -533,9 +555,14 @@ def _similarities(
         return {}
     matrix = np.asarray([vectors[chunk_id] for chunk_id in ids], dtype=np.float64)
     q = np.asarray(query, dtype=np.float64)
-    norms = np.linalg.norm(matrix, axis=1) * max(float(np.linalg.norm(q)), 1e-12)
-    values = matrix @ q / np.clip(norms, 1e-12, None)
-    return {chunk_id: float(value) for chunk_id, value in zip(ids, values, strict=True)}
+    if space == "l2":
+        distances = ((matrix - q) ** 2).sum(axis=1)
+    elif space == "ip":
+        distances = 1.0 - matrix @ q
+    else:
+        norms = np.linalg.norm(matrix, axis=1) * max(float(np.linalg.norm(q)), 1e-12)
+        distances = 1.0 - matrix @ q / np.clip(norms, 1e-12, None)
+    return {chunk_id: -float(value) for chunk_id, value in zip(ids, distances, strict=True)}
 
 
 def _document(window: Window, *, over_budget: bool = False) -> Document:

@@ -32,9 +32,10 @@ class WindowSplitter(BaseDocumentTransformer):
     Every chunk gets ``file_id`` (stable for the same source), ``chunk_index`` (0-based
     position in its file), ``chunk_id`` (deterministic, unique: use it as the store id, so
     re-ingesting a source upserts instead of duplicating), ``start_index`` (character offset
-    in the source text) and ``file_version`` (a hash of the source text and its metadata).
-    Metadata values that Chroma cannot store are made storable: ``None`` is dropped, dicts
-    and mixed or nested lists become JSON strings, other objects become strings.
+    in the source text) and ``file_version`` (a hash of the source text, its metadata and
+    how it was split). Metadata values that Chroma cannot store are made storable: ``None``
+    is dropped, dicts and mixed or nested lists become JSON strings, other objects become
+    strings.
 
     Setup:
         .. code-block:: python
@@ -135,12 +136,15 @@ class WindowSplitter(BaseDocumentTransformer):
 
     def _split_one(self, document: Document, file_id: str) -> list[Document]:
         text = document.page_content
-        stamped = (FILE_ID, CHUNK_INDEX, CHUNK_ID, START_INDEX, FILE_VERSION)
-        own = {k: v for k, v in sanitize_metadata(document.metadata).items() if k not in stamped}
-        version = content_version(text, own)
         pieces = self.splitter.split_text(text)
         overlap = getattr(self.splitter, "_chunk_overlap", 0)
         starts = _start_indexes(text, pieces, overlap if isinstance(overlap, int) else 0)
+        stamped = (FILE_ID, CHUNK_INDEX, CHUNK_ID, START_INDEX, FILE_VERSION)
+        own = {k: v for k, v in sanitize_metadata(document.metadata).items() if k not in stamped}
+        # The version covers how the text was cut too: the same text split another way puts
+        # other text at every position, so no stored chunk of the old split may be kept.
+        layout = [[start, len(piece)] for piece, start in zip(pieces, starts, strict=True)]
+        version = content_version(text, {"metadata": own, "layout": layout})
         chunks = []
         for index, (piece, start) in enumerate(zip(pieces, starts, strict=True)):
             chunk_id = make_chunk_id(file_id, index)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, runtime_checkable
 
 from langchain_core.documents import Document
 from langchain_core.runnables.config import run_in_executor
@@ -16,6 +16,7 @@ from langchain_core.runnables.config import run_in_executor
 from window_retriever._errors import ConfigurationError
 
 Where = Mapping[str, Any]
+Space = Literal["l2", "cosine", "ip"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +57,8 @@ class Embedded:
     embeddings: Sequence[Sequence[float]]
     distances: Sequence[float] = ()
     query_embedding: Sequence[float] | None = None
+    space: Space = "l2"
+    """The distance the store ranks by: ``"l2"`` (squared), ``"cosine"`` or ``"ip"``."""
 
 
 @runtime_checkable
@@ -137,7 +140,20 @@ class ChromaWindowStore:
             distances=[float(row[1]) for row in rows],
             embeddings=[row[2] for row in rows],
             query_embedding=vector,
+            space=self.space(),
         )
+
+    def space(self) -> Space:
+        """The collection's distance space, as Chroma configures it (``"l2"`` by default)."""
+        try:
+            configuration = self.vectorstore._collection.configuration
+            for index in ("hnsw", "spann"):
+                found = (configuration.get(index) or {}).get("space")
+                if found in ("l2", "cosine", "ip"):
+                    return found  # type: ignore[no-any-return]
+        except Exception:  # noqa: S110 - an older Chroma: fall back to its default
+            pass
+        return "l2"
 
     def fetch_embedded(self, request: Fetch) -> Embedded:
         """Get chunks by id in one call, with their stored embeddings."""

@@ -133,6 +133,9 @@ class Piece:
     source: str | None = None
     file_id: str | None = None
     start: int | None = None
+    end: int | None = None
+    """Where the piece ends in its source, when that is not ``start + len(text)`` (a window
+    whose text stands for whitespace the splitter dropped with one character)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,7 +174,9 @@ def build_context(pieces: Iterable[Piece], budget: int) -> Context:
         parts.append(taken)
         used += len(taken) + (len(SEPARATOR) if len(parts) > 1 else 0)
         if piece.start is not None and piece.start >= 0:
-            spans.append((piece.source, piece.file_id, piece.start, piece.start + len(taken)))
+            whole = len(taken) == len(piece.text) and piece.end is not None
+            end = piece.end if whole else piece.start + len(taken)
+            spans.append((piece.source, piece.file_id, piece.start, end))  # type: ignore[arg-type]
     return Context(SEPARATOR.join(parts), tuple(spans), sum(len(part) for part in parts))
 
 
@@ -319,6 +324,13 @@ def parse_configs(text: str | Sequence[str]) -> list[Config]:
                         f"option {key}={value} in configuration {item.strip()!r} must be at least 1"
                     )
                     raise ConfigurationError(msg)
+            choices = {"mode": ("both", "next", "prev"), "expansion": ("adaptive", "static")}
+            if key in choices and value not in choices[key]:
+                msg = (
+                    f"option {key}={value} in configuration {item.strip()!r} must be one of "
+                    f"{', '.join(choices[key])}"
+                )
+                raise ConfigurationError(msg)
             options[key] = value
         configs.append(Config(name=item.strip(), kind=kind, options=options))
     if not configs:
@@ -404,12 +416,13 @@ def _float_option(config: Config, key: str, value: str) -> float:
 
 def _piece(document: Document) -> Piece:
     meta = document.metadata
-    start = meta.get(START_INDEX)
+    start, end = meta.get(START_INDEX), meta.get("end_index")
     return Piece(
         text=document.page_content,
         source=meta.get("source"),
         file_id=meta.get(FILE_ID),
         start=start if isinstance(start, int) and not isinstance(start, bool) else None,
+        end=end if isinstance(end, int) and not isinstance(end, bool) else None,
     )
 
 
@@ -537,12 +550,15 @@ def evaluate(
         configs = parse_configs(configs)
     if not budgets:
         raise ConfigurationError("no budgets to evaluate at; e.g. budgets=[1000, 2000]")
-    counter = CountingStore(vectorstore)
+    try:
+        counter: CountingStore | None = CountingStore(vectorstore)
+    except ConfigurationError:  # not a store windows can use: fine for plain-only runs
+        counter = None
     functions: dict[str, Retrieve] = {
         c.name: make_retrieve(c, vectorstore, counter) for c in configs
     }
     if call_counter is None:
-        call_counter = counter.count
+        call_counter = counter.count if counter is not None else (lambda: 0)
     functions.update(retrievers or {})
     counted = {c.name for c in configs}  # extra retrievers use stores of their own
     if not questions:

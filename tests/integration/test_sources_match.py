@@ -339,7 +339,7 @@ def test_the_title_is_metadata_not_the_first_words(
         key=lambda p: p[1]["chunk_index"],
     )
     assert first[1]["title"] == "Garden notes"
-    assert first[0].startswith("Garden notes\n\nTomato note 0")  # the <h1>, once
+    assert first[0].startswith("Garden notes\nTomato note 0")  # the <h1>, once
 
 
 def test_a_reader_never_creates_a_store(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -362,3 +362,140 @@ def make_real_store(tmp_path: Path) -> Callable[[], Chroma]:
         )
 
     return factory
+
+
+# ---- found in review ------------------------------------------------------------------------------
+
+
+def test_a_new_chunk_size_replaces_every_chunk(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    note = tmp_path / "a.txt"
+    text = " ".join(f"Sentence {i} of the long note." for i in range(120))
+    note.write_text(text, encoding="utf-8")
+    db = str(tmp_path / "db")
+    for size, overlap in (("200", "20"), ("400", "40"), ("200", "20")):
+        status, _ = ingest(
+            capsys, str(note), "--db", db, "--chunk-size", size, "--chunk-overlap", overlap
+        )
+        assert status == 0
+        result = stored(tmp_path / "db")
+        by_index = sorted(
+            zip(result["metadatas"], result["documents"], strict=True),
+            key=lambda p: p[0]["chunk_index"],
+        )
+        assert len({m["file_version"] for m, _ in by_index}) == 1
+        for metadata, chunk in by_index:
+            start = metadata["start_index"]
+            assert text[start : start + len(chunk)] == chunk
+            assert len(chunk) <= int(size)
+        last = by_index[-1]
+        assert last[0]["start_index"] + len(last[1]) == len(text)  # the whole file, to its end
+
+
+def test_pages_of_one_source_are_files_of_their_own(make_real_store: Any) -> None:
+    store = make_real_store()
+    splitter = WindowSplitter(file_id_keys=("source", "page"))
+    for page in range(3):
+        document = Document(
+            page_content=f"Page {page} of the manual explains part {page}. " * 5,
+            metadata={"source": "manual.pdf", "page": page},
+        )
+        assert sync_file(store, splitter.split_documents([document])).removed == 0
+    assert {m["page"] for m in store.get(include=["metadatas"])["metadatas"]} == {0, 1, 2}
+
+
+def test_pruning_keeps_every_other_owners_copy(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    for name in ("one", "two"):
+        (docs / f"{name}.txt").write_text(f"File {name} says {name}. " * 10, encoding="utf-8")
+    db = str(tmp_path / "db")
+    assert ingest(capsys, str(docs), "--db", db, "--metadata", "tenant=a")[0] == 0
+    assert (
+        ingest(capsys, str(docs), "--db", db, "--metadata", "tenant=a", "--metadata", "user=bob")[0]
+        == 0
+    )
+    assert ingest(capsys, str(docs), "--db", db)[0] == 0
+    (docs / "one.txt").unlink()
+    status, lines = ingest(capsys, str(docs), "--db", db, "--metadata", "tenant=a")
+    assert status == 0
+    assert [line for line in lines if line.startswith("removed ")] == [
+        f"removed   {docs / 'one.txt'}: gone (1 chunks)"
+    ]
+    owners = {
+        (m.get("tenant"), m.get("user"))
+        for m in stored(tmp_path / "db")["metadatas"]
+        if m["source"] == str(docs / "one.txt")
+    }
+    assert owners == {("a", "bob"), (None, None)}  # only tenant a's own copy went
+
+
+def test_a_linked_file_inside_a_directory_is_pruned_when_the_link_goes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    docs, outside = tmp_path / "docs", tmp_path / "outside"
+    docs.mkdir()
+    outside.mkdir()
+    (outside / "o.txt").write_text("Outside text about otters. " * 10, encoding="utf-8")
+    (docs / "link.txt").symlink_to(outside / "o.txt")
+    db = str(tmp_path / "db")
+    assert ingest(capsys, str(docs), "--db", db)[0] == 0
+    assert set(sources(tmp_path / "db")) == {str(docs / "link.txt")}
+    (docs / "link.txt").unlink()
+    assert ingest(capsys, str(docs), "--db", db)[0] == 0
+    assert sources(tmp_path / "db") == {}
+
+
+def test_local_html_never_glues_blocks_and_the_title_comes_from_the_head(
+    tmp_path: Path,
+) -> None:
+    from window_retriever import load_file
+
+    page = tmp_path / "p.html"
+    page.write_text(
+        "<html><head><title>Errors</title></head><body><svg><title>icon</title></svg>"
+        "<h1>Errors</h1><p>First para.</p><p>Second para.</p><ul><li>one</li><li>two</li></ul>"
+        "<noscript>enable JS</noscript><script>var x;</script></body></html>",
+        encoding="utf-8",
+    )
+    loaded = load_file(page)
+    assert loaded.document is not None
+    assert loaded.document.metadata["title"] == "Errors"
+    assert loaded.document.page_content == "Errors\nFirst para.\nSecond para.\none\ntwo"
+
+
+def test_slowly_sent_headers_are_cut_at_the_page_deadline(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import socket
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    port = listener.getsockname()[1]
+    stop = threading.Event()
+
+    def serve() -> None:
+        connection, _ = listener.accept()
+        with contextlib.suppress(OSError):
+            connection.sendall(b"HTTP/1.1 200 OK\r\n")
+            while not stop.is_set():  # a header line every 0.2 s, forever
+                connection.sendall(b"X-Slow: 1\r\n")
+                time.sleep(0.2)
+        connection.close()
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    began = time.monotonic()
+    status, lines = ingest(
+        capsys, f"http://127.0.0.1:{port}/slow.html", "--db", str(tmp_path / "db"), "--timeout", "1"
+    )
+    elapsed = time.monotonic() - began
+    stop.set()
+    listener.close()
+    assert status == 1
+    assert elapsed < 5
+    assert f"failed    http://127.0.0.1:{port}/slow.html: timed out after 1 s" in lines

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Callable
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 from langchain_chroma import Chroma
@@ -306,3 +306,65 @@ def test_a_window_budget_in_the_millions_asks_chroma_for_what_can_exist(
     assert longest == max(
         sum(1 for c in chunks if c.metadata["file_id"] == d.metadata["file_id"]) for d in docs
     )  # the whole file: the budget was never the limit
+
+
+class FixedEmbeddings(Embeddings):
+    """Vectors that are not unit-length: an L2 store ranks them otherwise than cosine."""
+
+    VECTORS: ClassVar[dict[str, list[float]]] = {
+        "question": [1.0, 0.0],
+        "short": [0.9, 0.5],
+        "LONG": [3.0, 0.0],
+    }
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        return [self.embed_query(text) for text in texts]
+
+    def embed_query(self, text: str) -> list[float]:
+        return next(v for key, v in self.VECTORS.items() if text.startswith(key))
+
+
+def test_adaptive_ranks_by_the_stores_own_distance(make_store: Callable[..., Chroma]) -> None:
+    store = make_store(FixedEmbeddings())  # Chroma's default space: squared L2
+    documents = [
+        Document(page_content="short relevant answer", metadata={"source": "s"}),
+        Document(page_content="LONG " + "x" * 300, metadata={"source": "l"}),
+    ]
+    add_chunks(store, split(documents, size=400, overlap=0))
+    for expansion in ("static", "adaptive"):
+        docs = ContextWindowRetriever(
+            vectorstore=store, total_budget=100, expansion=expansion
+        ).invoke("question")
+        assert [d.page_content for d in docs] == ["short relevant answer"], expansion
+        assert "over_budget" not in docs[0].metadata
+    # room for one of two short chunks: the nearer by L2 wins, though the other's cosine is 1
+    add_chunks(store, split([Document(page_content="LONG tiny one", metadata={"source": "t"})]))
+    docs = ContextWindowRetriever(vectorstore=store, total_budget=25).invoke("question")
+    assert [d.page_content for d in docs] == ["short relevant answer"]
+
+
+def test_hits_without_ids_or_metadata_stay_apart_and_duplicates_count_once(
+    conversations: tuple[Chroma, list[Document]],
+) -> None:
+    store, chunks = conversations
+
+    class Bare:
+        def search(self, request: Search) -> list[tuple[Document, float]]:
+            twice = chunks[4]
+            return [
+                (Document(page_content="first answer"), 0.1),
+                (Document(page_content="second, different answer"), 0.2),
+                (twice, 0.25),
+                (twice, 0.25),
+                (Document(page_content="third"), 0.3),
+            ]
+
+        def fetch(self, request: Fetch) -> list[Document]:
+            return store.get_by_ids(list(request.ids))
+
+    for arguments in ({"k": 4}, {"k": 4, "total_budget": 2000, "expansion": "static"}):
+        docs = ContextWindowRetriever(vectorstore=Bare(), **arguments).invoke("q")
+        texts = [d.page_content for d in docs]
+        assert "first answer" in texts and "second, different answer" in texts, arguments
+        counted = [i for d in docs for i in d.metadata["hit_chunk_ids"]]
+        assert counted.count(chunks[4].metadata["chunk_id"]) == 1

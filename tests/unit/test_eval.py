@@ -246,3 +246,41 @@ def test_a_line_that_is_not_utf8_is_skipped_not_fatal(tmp_path: Path) -> None:
     questions, problems = read_questions(path)
     assert [q.question for q in questions] == ["one?", "three?"]
     assert problems == ["line 2: not UTF-8 (byte 18)"]
+
+
+def test_a_window_with_collapsed_whitespace_covers_its_whole_span(
+    make_store: Callable[..., Chroma],
+) -> None:
+    text = "A" * 50 + "\n\n\n\n" + "B" * 50 + "\n\n\n\n" + "C" * 50
+    store = make_store()
+    splitter = WindowSplitter(RecursiveCharacterTextSplitter(chunk_size=60, chunk_overlap=0))
+    add_chunks(
+        store, splitter.split_documents([Document(page_content=text, metadata={"source": "d"})])
+    )
+    question = Question(line=1, question="C" * 50, source="d", gold_spans=((108, 158),))
+    report = evaluate(
+        store,
+        [question],
+        configs="plain,window:total_budget=none;window_budget=400;expansion=static",
+        budgets=[400],
+    )
+    window = report.rows[1]
+    assert window.coverage == 1.0 and window.full_coverage == 1.0
+
+
+def test_plain_alone_runs_on_any_langchain_store() -> None:
+    from langchain_core.embeddings import DeterministicFakeEmbedding
+    from langchain_core.vectorstores import InMemoryVectorStore
+
+    store = InMemoryVectorStore(DeterministicFakeEmbedding(size=8))
+    store.add_documents([Document(page_content="bees make honey", metadata={"source": "b"})])
+    question = Question(line=1, question="bees make honey", answer="honey")
+    report = evaluate(store, [question], configs="plain", budgets=[100])
+    assert report.rows[0].answer_hit == 1.0
+
+
+def test_a_bad_mode_or_expansion_is_refused_when_parsed() -> None:
+    with pytest.raises(ConfigurationError, match=r"option mode=sideways .* must be one of both"):
+        parse_configs("window:mode=sideways")
+    with pytest.raises(ConfigurationError, match=r"option expansion=bogus .* must be one of"):
+        parse_configs("window:expansion=bogus")
