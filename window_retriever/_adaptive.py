@@ -3,9 +3,9 @@
 Plain data in, plain data out, no I/O and no LangChain, like ``_windows``.
 
 Every chunk that could be returned (the search hits and the fetched neighbours that passed the
-caller's filter) carries a *relevance*: its similarity to the query, computed from the
-embeddings the store already holds. Selection is greedy over one shared budget. At each step
-the candidates are
+caller's filter) carries a *relevance* (higher is better): minus its distance to the query in
+the store's own space, computed from the embeddings the store already holds. Selection is
+greedy over one shared budget. At each step the candidates are
 
 - an unused hit, which would open a new window (or join the window it touches), worth its own
   relevance; and
@@ -26,8 +26,8 @@ is dropped for good (the budget only shrinks). Selection stops when nothing fits
 ``coherence = 0`` reproduces plain top-k (no neighbour beats the hit the search ranked above
 it); ``coherence = 1`` makes every neighbour as good as its hit (blind growth). Because the
 rule only compares values, it is unchanged by any increasing affine rescaling of the
-similarities: one setting carries across embedding models whose similarities sit on
-different scales.
+relevance: one setting carries across embedding models whose similarities sit on different
+scales, and across distance spaces (for unit vectors, squared L2 is affine in cosine).
 """
 
 from __future__ import annotations

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import math
-import random
 import re
 import statistics
 import string
@@ -28,6 +27,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from langchain_core.documents import Document
 
 from window_retriever._errors import ConfigurationError
@@ -250,20 +250,24 @@ def paired_bootstrap(
     """Mean of paired differences and its 95% bootstrap interval (resampling questions)."""
     if not differences:
         return (math.nan, math.nan, math.nan)
-    rng = random.Random(seed)  # noqa: S311 - statistics, not secrets
-    n = len(differences)
-    means = sorted(sum(differences[rng.randrange(n)] for _ in range(n)) / n for _ in range(samples))
-    return (sum(differences) / n, means[int(0.025 * samples)], means[int(0.975 * samples) - 1])
+    values = np.asarray(differences, dtype=np.float64)
+    rng = np.random.default_rng(seed)
+    picks = rng.integers(0, len(values), size=(samples, len(values)))
+    means = np.sort(values[picks].mean(axis=1))
+    low, high = means[int(0.025 * samples)], means[int(0.975 * samples) - 1]
+    return (float(values.mean()), float(low), float(high))
 
 
 def percentile(values: Sequence[float], q: float) -> float:
-    """The q-quantile (0..1) by linear interpolation."""
+    """The q-quantile (0..1) by linear interpolation (``statistics.quantiles``, inclusive)."""
     if not values:
         return math.nan
-    ordered = sorted(values)
-    position = (len(ordered) - 1) * q
-    low, high = math.floor(position), math.ceil(position)
-    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+    if len(values) == 1 or q <= 0:
+        return float(min(values))
+    if q >= 1:
+        return float(max(values))
+    cuts = statistics.quantiles(values, n=1000, method="inclusive")
+    return float(cuts[min(998, max(0, round(q * 1000) - 1))])
 
 
 # ---- configurations -----------------------------------------------------------------------------
