@@ -248,8 +248,7 @@ class ContextWindowRetriever(BaseRetriever):
         total = params.total_budget
         assert total is not None  # noqa: S101 - the caller checked
         adaptive = params.expansion == "adaptive"
-        predicate = compile_where(params.filter) if params.where_document is None else None
-        fetch_where = None if predicate is not None else params.filter
+        predicate, fetch_where = _neighbour_filter(params)
         found = yield Search(
             query, params.fetch_k, params.filter, params.where_document, embeddings=adaptive
         )
@@ -260,11 +259,7 @@ class ContextWindowRetriever(BaseRetriever):
                 vectors[document.id or ""] = vector
         else:
             pairs = list(found)
-        hits = _unique([self._hit(document, distance) for document, distance in pairs])
-        chunks: dict[Position, Chunk] = {}
-        for hit in hits:
-            if hit.chunk.position is not None:
-                chunks.setdefault(hit.chunk.position, hit.chunk)
+        hits, chunks = self._hits(pairs)
         measure = Measure(self.length_function)
         if adaptive:
             wanted = plan_adaptive_fetch(
@@ -329,17 +324,11 @@ class ContextWindowRetriever(BaseRetriever):
 
     def _window_flow(self, query: str, params: _Params) -> Generator[Request, Any, list[Document]]:
         """``k`` windows of up to ``window_budget`` each (no total budget)."""
-        predicate = compile_where(params.filter) if params.where_document is None else None
-        # A filter the evaluator cannot decide goes to the store with the fetch (slow, exact).
-        fetch_where = None if predicate is not None else params.filter
+        predicate, fetch_where = _neighbour_filter(params)
         fetch_k = params.fetch_k
         while True:
             results = yield Search(query, fetch_k, params.filter, params.where_document)
-            hits = _unique([self._hit(document, distance) for document, distance in results])
-            chunks: dict[Position, Chunk] = {}
-            for hit in hits:
-                if hit.chunk.position is not None:
-                    chunks.setdefault(hit.chunk.position, hit.chunk)
+            hits, chunks = self._hits(results)
             fetched = set(chunks)
             measure = Measure(self.length_function)
             wanted = plan_fetch(
@@ -450,6 +439,17 @@ class ContextWindowRetriever(BaseRetriever):
             where_document=values["where_document"],
         )
 
+    def _hits(
+        self, results: Sequence[tuple[Document, float]]
+    ) -> tuple[list[Hit], dict[Position, Chunk]]:
+        """The search results as hits (each chunk once), and the chunks they put in place."""
+        hits = _unique([self._hit(document, distance) for document, distance in results])
+        chunks: dict[Position, Chunk] = {}
+        for hit in hits:
+            if hit.chunk.position is not None:
+                chunks.setdefault(hit.chunk.position, hit.chunk)
+        return hits, chunks
+
     def _hit(self, document: Document, distance: float) -> Hit:
         chunk, problem = _chunk(document)
         if problem is not None:
@@ -457,6 +457,15 @@ class ContextWindowRetriever(BaseRetriever):
                 raise MissingWindowMetadataError(problem)
             logger.warning("%s; returning it unexpanded", problem)
         return Hit(chunk=chunk, distance=float(distance))
+
+
+def _neighbour_filter(params: _Params) -> tuple[Predicate | None, Mapping[str, Any] | None]:
+    """How neighbours are filtered: a predicate applied here, or a ``where`` for the store.
+
+    A filter the evaluator cannot decide goes to the store with the fetch (slow, exact).
+    """
+    predicate = compile_where(params.filter) if params.where_document is None else None
+    return predicate, None if predicate is not None else params.filter
 
 
 def _unique(hits: Sequence[Hit]) -> list[Hit]:
