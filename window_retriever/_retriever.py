@@ -285,12 +285,11 @@ class ContextWindowRetriever(BaseRetriever):
             fetched = yield Fetch(
                 list(ids), fetch_where, params.where_document, embeddings=adaptive
             )
+            documents = list(fetched.documents if adaptive else fetched)
             if adaptive:
-                for document, vector in zip(fetched.documents, fetched.embeddings, strict=True):
+                for document, vector in zip(documents, fetched.embeddings, strict=True):
                     vectors[document.id or ""] = vector
-                _admit(list(fetched.documents), ids, predicate, chunks)
-            else:
-                _admit(fetched, ids, predicate, chunks)
+            _admit(documents, ids, predicate, chunks)
         if adaptive:
             relevance = _relevance(found.query_embedding, found.space, chunks, hits, vectors)
             windows, over = select_adaptive(

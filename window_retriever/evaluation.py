@@ -368,7 +368,7 @@ def make_retrieve(
         if key in ("k", "fetch_k", "window_budget"):
             arguments[key] = _int_option(config, key, value)
         elif key == "coherence":
-            arguments[key] = _float_option(config, key, value)
+            arguments[key] = _number_option(config, key, value)
         else:
             arguments[key] = value
     if fixed_total is not None and fixed_total.lower() != "none":
@@ -403,18 +403,15 @@ def k_for(budget: int, arguments: Mapping[str, Any]) -> int:
 
 
 def _int_option(config: Config, key: str, value: str) -> int:
-    try:
-        return int(value)
-    except ValueError:
-        msg = f"option {key}={value!r} in configuration {config.name!r} must be a whole number"
-        raise ConfigurationError(msg) from None
+    return int(_number_option(config, key, value, whole=True))
 
 
-def _float_option(config: Config, key: str, value: str) -> float:
+def _number_option(config: Config, key: str, value: str, *, whole: bool = False) -> float:
     try:
-        return float(value)
+        return int(value) if whole else float(value)
     except ValueError:
-        msg = f"option {key}={value!r} in configuration {config.name!r} must be a number"
+        kind = "a whole number" if whole else "a number"
+        msg = f"option {key}={value!r} in configuration {config.name!r} must be {kind}"
         raise ConfigurationError(msg) from None
 
 
@@ -667,22 +664,3 @@ class CountingStore:
         """Count, then fetch with embeddings."""
         self.calls += 1
         return execute(self.store, request)  # type: ignore[no-any-return]
-
-
-def count_store_calls(vectorstore: Any) -> Callable[[], int]:
-    """Count the calls that reach a Chroma collection (``query`` and ``get``) from now on.
-
-    Prefer :class:`CountingStore`, which wraps the store instead of patching it; this one
-    counts every caller's calls, including other code's, which a benchmark sometimes wants.
-    """
-    collection = vectorstore._collection
-    count = [0]
-    for name in ("query", "get"):
-        original = getattr(collection, name)
-
-        def counted(*args: Any, _original: Any = original, **kwargs: Any) -> Any:
-            count[0] += 1
-            return _original(*args, **kwargs)
-
-        setattr(collection, name, counted)
-    return lambda: count[0]

@@ -34,6 +34,14 @@ def corpus(files: dict[str, int]) -> dict[Position, Chunk]:
     }
 
 
+def hits_of(
+    chunks: dict[Position, Chunk], relevance: dict[str, float], hit_ids: list[str]
+) -> list[Hit]:
+    """The hits named by ``hit_ids``, in that order, their distance 1 - relevance."""
+    by_id = {chunk.id: chunk for chunk in chunks.values()}
+    return [Hit(by_id[i], 1.0 - relevance[i]) for i in hit_ids]
+
+
 def select(
     chunks: dict[Position, Chunk],
     relevance: dict[str, float],
@@ -45,8 +53,7 @@ def select(
     coherence: float = 0.5,
     mode: str = "both",
 ) -> list[Window]:
-    by_id = {chunk.id: chunk for chunk in chunks.values()}
-    hits = [Hit(by_id[i], 1.0 - relevance[i]) for i in hit_ids]
+    hits = hits_of(chunks, relevance, hit_ids)
     windows, over = select_adaptive(
         hits,
         chunks,
@@ -203,8 +210,7 @@ def test_budget_contiguity_and_provenance_hold_for_any_input(
     mode: str,
 ) -> None:
     chunks, relevance, hit_ids, total, k = scene
-    by_id = {c.id: c for c in chunks.values()}
-    hits = [Hit(by_id[i], 1.0 - relevance[i]) for i in hit_ids]
+    hits = hits_of(chunks, relevance, hit_ids)
     windows, over = select_adaptive(
         hits,
         chunks,
@@ -247,8 +253,7 @@ def test_the_result_does_not_depend_on_the_store_order(
     rng: random.Random,
 ) -> None:
     chunks, relevance, hit_ids, total, k = scene
-    by_id = {c.id: c for c in chunks.values()}
-    hits = [Hit(by_id[i], 1.0 - relevance[i]) for i in hit_ids]
+    hits = hits_of(chunks, relevance, hit_ids)
     items = list(chunks.items())
     rng.shuffle(items)
     arguments = {
