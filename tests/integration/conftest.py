@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import socket
+import subprocess
+import sys
 import tempfile
+import time
+from collections.abc import Iterator
 from functools import lru_cache
 from pathlib import Path
 
+import chromadb
 import pytest
 from langchain_chroma import Chroma
 from langchain_core.documents import Document
@@ -57,3 +63,36 @@ def _example_store() -> tuple[Chroma, tuple[Document, ...], dict[str, str], str]
 @pytest.fixture
 def pages() -> tuple[Chroma, tuple[Document, ...], dict[str, str]]:
     return example_store()
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture(scope="session")
+def chroma_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A real Chroma server on loopback, started from this environment's ``chroma``."""
+    executable = Path(sys.executable).parent / "chroma"
+    port = _free_port()
+    path = tmp_path_factory.mktemp("chroma-server")
+    process = subprocess.Popen(
+        [str(executable), "run", "--path", str(path), "--host", "127.0.0.1", "--port", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            chromadb.HttpClient(host="127.0.0.1", port=port).heartbeat()
+            break
+        except Exception:
+            if time.monotonic() > deadline or process.poll() is not None:
+                process.kill()
+                pytest.fail("the Chroma server did not start")
+            time.sleep(0.2)
+    yield url
+    process.terminate()
+    process.wait(timeout=10)

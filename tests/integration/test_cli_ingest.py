@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import itertools
 import json
-import socket
 import subprocess
 import sys
 import threading
@@ -317,39 +316,6 @@ def test_demo_runs_offline(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
     out = capsys.readouterr().out
     assert "--- plain: the top 3 chunks" in out and "--- windows: 3 windows" in out
     assert "with open" in out
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-@pytest.fixture(scope="module")
-def chroma_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A real Chroma server on loopback, started from this environment's ``chroma``."""
-    executable = Path(sys.executable).parent / "chroma"
-    port = _free_port()
-    path = tmp_path_factory.mktemp("chroma-server")
-    process = subprocess.Popen(
-        [str(executable), "run", "--path", str(path), "--host", "127.0.0.1", "--port", str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            chromadb.HttpClient(host="127.0.0.1", port=port).heartbeat()
-            break
-        except Exception:
-            if time.monotonic() > deadline or process.poll() is not None:
-                process.kill()
-                pytest.fail("the Chroma server did not start")
-            time.sleep(0.2)
-    yield url
-    process.terminate()
-    process.wait(timeout=10)
 
 
 def test_ingest_and_query_against_a_chroma_server(
