@@ -1,7 +1,8 @@
 """window_retriever: retrieval that returns whole, readable windows instead of torn chunks.
 
-Split with :class:`WindowSplitter`, store with :func:`add_chunks` (Chroma, embedded or
-server, with the offline :func:`default_embeddings`), retrieve with
+Open a Chroma store (a directory or a server) with :func:`open_store`, split with
+:class:`WindowSplitter`, store with :func:`add_chunks` (with the offline
+:func:`default_embeddings`), retrieve with
 :class:`ContextWindowRetriever`, a drop-in LangChain retriever. Cite in a chain with
 :func:`format_with_citations`, :func:`citation_sources` and :func:`answer_with_sources`, and
 draw what was retrieved with :func:`plot_window_map`.
@@ -13,10 +14,12 @@ from window_retriever._errors import (
     ConfigurationError,
     MissingWindowMetadataError,
     OwnershipError,
+    StoreError,
     WindowRetrieverError,
 )
 from window_retriever._ingest import add_chunks, sync_file
 from window_retriever._loaders import LoadOptions, load_file
+from window_retriever._open import open_store
 from window_retriever._retriever import ContextWindowRetriever
 from window_retriever._splitter import WindowSplitter
 from window_retriever._stores import (
@@ -50,6 +53,7 @@ __all__ = [
     "MissingWindowMetadataError",
     "OwnershipError",
     "Search",
+    "StoreError",
     "WindowRetrieverError",
     "WindowSplitter",
     "WindowStore",
@@ -63,6 +67,7 @@ __all__ = [
     "evaluation",
     "format_with_citations",
     "load_file",
+    "open_store",
     "plot_window_map",
     "plotting",
     "read_questions",

@@ -11,6 +11,7 @@ import contextlib
 import json
 import math
 import os
+import re
 import sys
 import time
 import traceback
@@ -18,17 +19,23 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, NoReturn, TextIO
-from urllib.parse import urlsplit
 
 from langchain_core.documents import Document
 
-from window_retriever._errors import WindowRetrieverError
+from window_retriever._errors import ConfigurationError, StoreError, WindowRetrieverError
+from window_retriever._open import (
+    DEFAULT_COLLECTION,
+    DEFAULT_DB,
+    ENV_DATABASE,
+    ENV_DB,
+    ENV_TENANT,
+    ENV_TOKEN,
+    ENV_URL,
+)
 from window_retriever._version import __version__
 from window_retriever._windows import DEFAULT_WINDOW_BUDGET
 
 PROG = "window-retriever"
-DEFAULT_DB = "chroma-db"
-DEFAULT_COLLECTION = "documents"
 DEMO_QUESTION = (
     "How do I make sure a file is closed after reading it, even if an exception is raised?"
 )
@@ -237,10 +244,25 @@ def _usage(parser: argparse.ArgumentParser) -> int:
 def _store_arguments(parser: argparse.ArgumentParser) -> None:
     where = parser.add_mutually_exclusive_group()
     where.add_argument(
-        "--db", metavar="DIR", help=f"embedded Chroma directory (default: {DEFAULT_DB})"
+        "--db",
+        metavar="DIR",
+        help=f"embedded Chroma directory (default: ${ENV_DB}, else {DEFAULT_DB})",
     )
     where.add_argument(
-        "--chroma-url", metavar="URL", help="a Chroma server, e.g. http://127.0.0.1:8000"
+        "--chroma-url",
+        metavar="URL",
+        help=f"a Chroma server, e.g. http://127.0.0.1:8000 (default: ${ENV_URL}); "
+        f"a token is read from ${ENV_TOKEN}, basic auth from http://USER:PASSWORD@HOST:PORT",
+    )
+    parser.add_argument(
+        "--chroma-tenant",
+        metavar="NAME",
+        help=f"the server's Chroma tenant (default: ${ENV_TENANT}, else Chroma's default)",
+    )
+    parser.add_argument(
+        "--chroma-database",
+        metavar="NAME",
+        help=f"the server's Chroma database (default: ${ENV_DATABASE}, else Chroma's default)",
     )
     parser.add_argument(
         "--collection",
@@ -452,6 +474,7 @@ def _demo(args: argparse.Namespace) -> int:
             f"no example pages at {pages}; the demo needs a source checkout, or pass --pages DIR"
         )
     args.chroma_url, args.collection, args.wait = None, "demo", False
+    args.chroma_tenant = args.chroma_database = None
     began = time.perf_counter()
     written = total = 0
     with _opened_for_writing(args) as store:
@@ -494,18 +517,35 @@ def _demo(args: argparse.Namespace) -> int:
 
 
 # Library messages name library arguments; on the command line they are these options.
-_CLI_WORDS = (
+_CLI_WORDS: tuple[tuple[str | re.Pattern[str], str], ...] = (
     ("raise max_bytes", "raise --max-size-mb"),
     ("in the elements of class", "after --selector"),
     ("WindowSplitter(file_id_keys=", "--metadata with an owner key, e.g. tenant=...; or ("),
     ("(writer_lock(..., wait=True))", "(or pass --wait)"),
     ("use a Chroma server for", "use a Chroma server (--chroma-url) for"),
+    ("ingest into it first or name another one", f"run '{PROG} ingest' first or pass --collection"),
+    (
+        re.compile(r"no store at (.+)/; ingest into it first"),
+        rf"no store at \1/; run '{PROG} ingest ... --db \1' first",
+    ),
+    (
+        re.compile(r"^(.+) is a file, not a store directory"),
+        r"--db \1 is a file, not a store directory",
+    ),
+    ("a Chroma server URL looks like", "--chroma-url must look like"),
+    ("or pass another tenant", "or pass another --chroma-tenant"),
+    ("or pass another database", "or pass another --chroma-database"),
+    ("or check the URL", "or check --chroma-url"),
 )
 
 
 def _cli_words(message: str) -> str:
+    """Say a library message in the command line's words."""
     for library, cli in _CLI_WORDS:
-        message = message.replace(library, cli)
+        if isinstance(library, str):
+            message = message.replace(library, cli)
+        else:
+            message = library.sub(cli, message)
     return message
 
 
@@ -585,10 +625,11 @@ def _opened_for_writing(args: argparse.Namespace) -> Iterator[Any]:
     """Open the store for an ingest: an embedded store is locked against other writers."""
     from window_retriever._lock import writer_lock
 
-    if args.chroma_url is not None:
+    directory, _ = _location(args)
+    if directory is None:  # a server orders its writers itself
         yield _store(args, create=True)
         return
-    with writer_lock(args.db or DEFAULT_DB, wait=args.wait):
+    with writer_lock(directory, wait=args.wait):
         yield _store(args, create=True)
 
 
@@ -596,49 +637,30 @@ def _open_for_reading(args: argparse.Namespace) -> Any:
     return _store(args, create=False)
 
 
+def _location(args: argparse.Namespace) -> tuple[Path | None, str | None]:
+    from window_retriever._open import store_location
+
+    try:
+        return store_location(args.db, args.chroma_url)
+    except ConfigurationError as error:
+        raise CommandError(_cli_words(str(error))) from None
+
+
 def _store(args: argparse.Namespace, *, create: bool) -> Any:
-    import chromadb
-    from langchain_chroma import Chroma
+    from window_retriever._open import open_store
 
-    from window_retriever._embeddings import default_embeddings
-
-    if args.chroma_url:
-        url = urlsplit(args.chroma_url)
-        if url.scheme not in ("http", "https") or not url.hostname:
-            raise CommandError(
-                f"--chroma-url must look like http://HOST:PORT, got {args.chroma_url!r}"
-            )
-        try:
-            client = chromadb.HttpClient(
-                host=url.hostname,
-                port=url.port or (443 if url.scheme == "https" else 8000),
-                ssl=url.scheme == "https",
-            )
-            client.heartbeat()
-        except Exception as error:
-            raise CommandError(
-                f"cannot reach the Chroma server at {args.chroma_url} ({_one_line(error)}); "
-                "start one with 'chroma run --path DIR --port PORT', or check --chroma-url"
-            ) from None
-        where = args.chroma_url
-    else:
-        directory = Path(args.db or DEFAULT_DB)
-        if directory.exists() and not directory.is_dir():
-            raise CommandError(f"--db {directory} is a file, not a store directory")
-        if not create and not (directory / "chroma.sqlite3").is_file():
-            raise CommandError(
-                f"no store at {directory}/; run '{PROG} ingest ... --db {directory}' first"
-            )
-        client = chromadb.PersistentClient(path=str(directory))
-        where = f"{directory}/"
-    if not create and args.collection not in {c.name for c in client.list_collections()}:
-        raise CommandError(
-            f"no collection {args.collection!r} in {where}; "
-            f"run '{PROG} ingest' first or pass --collection"
+    directory, url = _location(args)
+    try:
+        return open_store(
+            directory,
+            url=url,
+            collection=args.collection,
+            create=create,
+            tenant=args.chroma_tenant,
+            database=args.chroma_database,
         )
-    return Chroma(
-        collection_name=args.collection, embedding_function=default_embeddings(), client=client
-    )
+    except (ConfigurationError, StoreError) as error:
+        raise CommandError(_cli_words(str(error))) from None
 
 
 class _Progress:

@@ -20,3 +20,11 @@ class MissingWindowMetadataError(WindowRetrieverError, ValueError):
 
 class OwnershipError(WindowRetrieverError, ValueError):
     """Writing a file would replace chunks that another owner (tenant, user, ...) stored."""
+
+
+class StoreError(WindowRetrieverError, RuntimeError):
+    """The store cannot be opened or answered with an error.
+
+    An unreachable server, refused credentials, a missing store directory, tenant, database or
+    collection. The message names the store and the fix.
+    """

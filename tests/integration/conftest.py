@@ -7,9 +7,10 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
 import chromadb
 import pytest
@@ -96,3 +97,85 @@ def chroma_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     yield url
     process.terminate()
     process.wait(timeout=10)
+
+
+class GuardedProxy:
+    """An HTTP proxy on loopback in front of the Chroma server that checks credentials.
+
+    Chroma's open-source server does not check them itself; in production a proxy or Chroma's
+    distributed deployment does, answering 401 / 403 as this one does. ``seen`` keeps the
+    credentials of every request that reached the server.
+    """
+
+    def __init__(self, upstream: str, accepted: dict[str, str]) -> None:
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+        from urllib.parse import urlsplit
+
+        self.accepted = {name.lower(): value for name, value in accepted.items()}
+        self.seen: list[dict[str, str]] = []
+        upstream_parts = urlsplit(upstream)
+        proxy = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def _forward(self) -> None:
+                import http.client
+
+                given = {k.lower(): v for k, v in self.headers.items()}
+                length = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(length) if length else None
+                if not any(given.get(k) == v for k, v in proxy.accepted.items()):
+                    code = 401 if not any(k in given for k in proxy.accepted) else 403
+                    payload = b'{"error": "Unauthorized", "message": "bad credentials"}'
+                    self.send_response(code)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(payload)))
+                    self.end_headers()
+                    self.wfile.write(payload)
+                    return
+                proxy.seen.append({k: given[k] for k in proxy.accepted if k in given})
+                connection = http.client.HTTPConnection(
+                    upstream_parts.hostname or "127.0.0.1", upstream_parts.port, timeout=30
+                )
+                headers = {
+                    k: v for k, v in self.headers.items() if k.lower() not in ("host", "connection")
+                }
+                connection.request(self.command, self.path, body=body, headers=headers)
+                response = connection.getresponse()
+                data = response.read()
+                self.send_response(response.status)
+                for name, value in response.getheaders():
+                    if name.lower() not in ("transfer-encoding", "connection", "content-length"):
+                        self.send_header(name, value)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+                connection.close()
+
+            do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = _forward  # noqa: N815
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        import threading
+
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def guarded_server(chroma_server: str) -> Iterator[Callable[[dict[str, str]], GuardedProxy]]:
+    """Start proxies in front of the session's Chroma server that accept only given headers."""
+    proxies: list[GuardedProxy] = []
+
+    def start(accepted: dict[str, str]) -> GuardedProxy:
+        proxies.append(GuardedProxy(chroma_server, accepted))
+        return proxies[-1]
+
+    yield start
+    for proxy in proxies:
+        proxy.close()
