@@ -20,7 +20,7 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
-from urllib.parse import unquote, urlsplit
+from urllib.parse import quote, unquote, urlsplit
 
 from window_retriever._errors import ConfigurationError, StoreError
 
@@ -42,6 +42,8 @@ ENV_TENANT: Final = "WINDOW_RETRIEVER_CHROMA_TENANT"
 ENV_DATABASE: Final = "WINDOW_RETRIEVER_CHROMA_DATABASE"
 
 TOKEN_HEADERS: Final = ("Authorization", "X-Chroma-Token")
+PROBE_TIMEOUT: Final = 10.0
+"""Seconds to wait for the server's first answers when the store is opened."""
 
 
 def open_store(
@@ -158,20 +160,63 @@ def _server_client(
         sent["Authorization" if is_bearer else "X-Chroma-Token"] = (
             f"Bearer {token}" if is_bearer else token
         )
-    where = _public(url)
+    host, port = parts.hostname, port or (443 if parts.scheme == "https" else 8000)
+    _probe(f"{parts.scheme}://{host}:{port}", sent, _public(url), tenant, database)
     try:
-        client = chromadb.HttpClient(
-            host=parts.hostname,
-            port=port or (443 if parts.scheme == "https" else 8000),
+        return chromadb.HttpClient(
+            host=host,
+            port=port,
             ssl=parts.scheme == "https",
             headers=sent or None,
             tenant=tenant or DEFAULT_TENANT,
             database=database or DEFAULT_DATABASE,
         )
-        client.get_version()  # the heartbeat may be open where the API is not
     except Exception as error:
-        raise _server_error(error, where, tenant, database) from None
-    return client
+        raise StoreError(f"the Chroma server at {_public(url)} failed: {_brief(error)}") from None
+
+
+def _probe(
+    base: str, headers: Mapping[str, str], where: str, tenant: str | None, database: str | None
+) -> None:
+    """Ask the server who we are, and for the tenant and database, before Chroma's client does.
+
+    Chroma's client leaves its connection open when its first call fails, and says little
+    about why; these three small requests tell an unreachable server, refused credentials and
+    a missing tenant or database apart.
+    """
+    import httpx
+    from chromadb.config import DEFAULT_TENANT
+
+    tenant_path = f"/api/v2/tenants/{quote(tenant or DEFAULT_TENANT, safe='')}"
+    checks = [("/api/v2/auth/identity", "", "")]
+    if tenant:
+        checks.append((tenant_path, "tenant", tenant))
+    if database:
+        checks.append((f"{tenant_path}/databases/{quote(database, safe='')}", "database", database))
+    try:
+        with httpx.Client(base_url=base, headers=dict(headers), timeout=PROBE_TIMEOUT) as client:
+            for path, kind, name in checks:
+                response = client.get(path)
+                if response.status_code in (401, 403):
+                    raise StoreError(
+                        f"the Chroma server at {where} refused the credentials "
+                        f"({response.status_code} {response.reason_phrase}); check the token "
+                        f"({ENV_TOKEN}) or the user:password in the URL"
+                    )
+                if response.status_code == 404 and kind:
+                    msg = f"no {kind} {name!r} at {where}; create it or pass another {kind}"
+                    raise StoreError(msg)
+                if response.is_error:
+                    text = " ".join(response.text.split())[:160]
+                    raise StoreError(
+                        f"the Chroma server at {where} answered {response.status_code} "
+                        f"{response.reason_phrase} ({text}); is it a Chroma 1.x server?"
+                    )
+    except httpx.HTTPError as error:
+        raise StoreError(
+            f"cannot reach the Chroma server at {where} ({_brief(error)}); start one with "
+            "'chroma run --path DIR --host 127.0.0.1 --port PORT', or check the URL"
+        ) from None
 
 
 def _embedded_client(
@@ -191,7 +236,7 @@ def _embedded_client(
             database=database or DEFAULT_DATABASE,
         )
     except Exception as error:
-        raise _server_error(error, f"{directory}/", tenant, database) from None
+        raise StoreError(f"the Chroma store at {directory}/ failed: {_brief(error)}") from None
 
 
 def _collection(
@@ -209,7 +254,7 @@ def _collection(
             msg = f"no collection {name!r} in {where}; ingest into it first or name another one"
             raise StoreError(msg) from None
         except Exception as error:
-            raise _server_error(error, where, None, None) from None
+            raise StoreError(f"the Chroma store at {where} failed: {_brief(error)}") from None
     try:
         return Chroma(
             collection_name=name,
@@ -217,32 +262,11 @@ def _collection(
             client=client,
         )
     except Exception as error:
-        raise _server_error(error, where, None, None) from None
+        raise StoreError(f"the Chroma store at {where} failed: {_brief(error)}") from None
 
 
-def _server_error(
-    error: Exception, where: str, tenant: str | None, database: str | None
-) -> StoreError:
-    """One line that says what went wrong with the server and what to do about it."""
-    text = " ".join(str(error).split()) or type(error).__name__
-    lowered = text.lower()
-    if any(code in lowered for code in ("401", "403", "unauthorized", "forbidden", "auth")):
-        return StoreError(
-            f"the Chroma server at {where} refused the credentials ({text[:120]}); "
-            f"check the token ({ENV_TOKEN}) or the user:password in the URL"
-        )
-    if "tenant" in lowered and "not found" in lowered:
-        return StoreError(f"no tenant {tenant!r} at {where}; create it or pass another tenant")
-    if "database" in lowered and "not found" in lowered:
-        return StoreError(
-            f"no database {database!r} at {where}; create it or pass another database"
-        )
-    if "could not connect" in lowered or "connect" in type(error).__name__.lower():
-        return StoreError(
-            f"cannot reach the Chroma server at {where}; start one with "
-            "'chroma run --path DIR --host 127.0.0.1 --port PORT', or check the URL"
-        )
-    return StoreError(f"the Chroma store at {where} failed: {text[:200]}")
+def _brief(error: BaseException) -> str:
+    return " ".join(str(error).split())[:200] or type(error).__name__
 
 
 def _public(url: str) -> str:

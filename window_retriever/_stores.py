@@ -88,10 +88,19 @@ class EmbeddingWindowStore(WindowStore, Protocol):
 
 
 class ChromaWindowStore:
-    """Adapter for ``langchain_chroma.Chroma`` (embedded or client/server)."""
+    """Adapter for ``langchain_chroma.Chroma`` (embedded or client/server).
+
+    On a Chroma server the async methods use Chroma's ``AsyncHttpClient`` (same address,
+    headers, tenant and database as the store's own client), so many concurrent ``ainvoke``
+    calls wait on the network without a thread each; an embedded store runs its calls in
+    LangChain's executor, as langchain-chroma's own async methods do.
+    """
 
     def __init__(self, vectorstore: Any) -> None:
         self.vectorstore = vectorstore
+        self._async_collection: Any = None
+
+    # ---- sync ------------------------------------------------------------------------------
 
     def search(self, request: Search) -> list[tuple[Document, float]]:
         """Run ``similarity_search_with_score`` (Chroma distances: lower is better)."""
@@ -104,44 +113,20 @@ class ChromaWindowStore:
 
     def fetch(self, request: Fetch) -> list[Document]:
         """Get chunks by id in one call; ``where`` only when the caller could not decide it."""
-        return list(self._get(request, embeddings=False).documents)
+        return list(self.fetch_embedded(request, embeddings=False).documents)
 
     def search_embedded(self, request: Search) -> Embedded:
         """Embed the query with the store's embedding function and search by that vector."""
-        embedder = getattr(self.vectorstore, "embeddings", None)
-        if embedder is None:
-            msg = (
-                "expansion='adaptive' needs the Chroma store's embedding_function to embed "
-                "the query; create the store with Chroma(..., embedding_function=...)"
-            )
-            raise ConfigurationError(msg)
-        vector = list(embedder.embed_query(request.query))
-        result = self.vectorstore._collection.query(
-            query_embeddings=[vector],
-            n_results=request.k,
-            where=dict(request.where) if request.where is not None else None,
-            where_document=dict(request.where_document) if request.where_document else None,
-            include=["documents", "metadatas", "distances", "embeddings"],
-        )
-        rows = [
-            (Document(page_content=text, metadata=metadata or {}, id=chunk_id), distance, emb)
-            for chunk_id, text, metadata, distance, emb in zip(
-                result["ids"][0],
-                result["documents"][0],
-                result["metadatas"][0],
-                result["distances"][0],
-                result["embeddings"][0],
-                strict=True,
-            )
-            if text is not None
-        ]
-        return Embedded(
-            documents=[row[0] for row in rows],
-            distances=[float(row[1]) for row in rows],
-            embeddings=[row[2] for row in rows],
-            query_embedding=vector,
-            space=self.space(),
-        )
+        vector = list(self._embedder().embed_query(request.query))
+        result = self.vectorstore._collection.query(**_query_arguments(request, vector))
+        return _embedded_hits(result, vector, self.space())
+
+    def fetch_embedded(self, request: Fetch, *, embeddings: bool = True) -> Embedded:
+        """Get chunks by id in one call, with their stored embeddings."""
+        if not request.ids:
+            return Embedded(documents=[], embeddings=[])
+        result = self.vectorstore._collection.get(**_get_arguments(request, embeddings))
+        return _embedded_chunks(result, embeddings)
 
     def space(self) -> Space:
         """The collection's distance space, as Chroma configures it (``"l2"`` by default)."""
@@ -155,29 +140,146 @@ class ChromaWindowStore:
             pass
         return "l2"
 
-    def fetch_embedded(self, request: Fetch) -> Embedded:
-        """Get chunks by id in one call, with their stored embeddings."""
-        return self._get(request, embeddings=True)
+    # ---- async -----------------------------------------------------------------------------
 
-    def _get(self, request: Fetch, *, embeddings: bool) -> Embedded:
+    async def asearch(self, request: Search) -> list[tuple[Document, float]]:
+        """``search`` over Chroma's async HTTP client on a server; in a thread otherwise."""
+        collection = await self._server_collection()
+        if collection is None:
+            return await run_in_executor(None, self.search, request)
+        vector = list(await self._embedder().aembed_query(request.query))
+        arguments = _query_arguments(request, vector, embeddings=False)
+        found = _embedded_hits(await collection.query(**arguments), vector, "l2")
+        return list(zip(found.documents, found.distances, strict=True))
+
+    async def afetch(self, request: Fetch) -> list[Document]:
+        """``fetch`` over Chroma's async HTTP client on a server; in a thread otherwise."""
+        return list((await self._aget(request, embeddings=False)).documents)
+
+    async def asearch_embedded(self, request: Search) -> Embedded:
+        """``search_embedded`` over Chroma's async HTTP client on a server."""
+        collection = await self._server_collection()
+        if collection is None:
+            return await run_in_executor(None, self.search_embedded, request)
+        vector = list(await self._embedder().aembed_query(request.query))
+        result = await collection.query(**_query_arguments(request, vector))
+        return _embedded_hits(result, vector, self.space())
+
+    async def afetch_embedded(self, request: Fetch) -> Embedded:
+        """``fetch_embedded`` over Chroma's async HTTP client on a server."""
+        return await self._aget(request, embeddings=True)
+
+    async def _aget(self, request: Fetch, *, embeddings: bool) -> Embedded:
+        collection = await self._server_collection()
+        if collection is None:
+            return await run_in_executor(None, self.fetch_embedded, request, embeddings=embeddings)
         if not request.ids:
             return Embedded(documents=[], embeddings=[])
-        include = ["documents", "metadatas", *(["embeddings"] if embeddings else [])]
-        result = self.vectorstore.get(
-            ids=list(request.ids),
-            where=dict(request.where) if request.where is not None else None,
-            where_document=dict(request.where_document) if request.where_document else None,
-            include=include,
+        return _embedded_chunks(
+            await collection.get(**_get_arguments(request, embeddings)), embeddings
         )
-        vectors = result["embeddings"] if embeddings else [()] * len(result["ids"])
-        rows = [
-            (Document(page_content=text, metadata=metadata or {}, id=chunk_id), vector)
-            for chunk_id, text, metadata, vector in zip(
-                result["ids"], result["documents"], result["metadatas"], vectors, strict=True
+
+    async def _server_collection(self) -> Any:
+        """The collection through ``AsyncHttpClient`` when the store is on a server, else None."""
+        if self._async_collection is None:
+            client: Any = getattr(self.vectorstore, "_client", None)
+            settings = client.get_settings() if client is not None else None
+            if settings is None or settings.chroma_api_impl != "chromadb.api.fastapi.FastAPI":
+                self._async_collection = False  # embedded (or unknown): threads
+            else:
+                self._async_collection = await _async_collection(
+                    settings, client.tenant, client.database, self.vectorstore._collection.name
+                )
+        return self._async_collection or None
+
+    def _embedder(self) -> Any:
+        embedder = getattr(self.vectorstore, "embeddings", None)
+        if embedder is None:
+            msg = (
+                "window_retriever needs the Chroma store's embedding_function to embed the "
+                "query; create the store with Chroma(..., embedding_function=...)"
             )
-            if text is not None
-        ]
-        return Embedded(documents=[row[0] for row in rows], embeddings=[row[1] for row in rows])
+            raise ConfigurationError(msg)
+        return embedder
+
+
+async def _async_collection(settings: Any, tenant: str, database: str, name: str) -> Any:
+    """Open ``name`` through Chroma's ``AsyncHttpClient`` with the sync client's settings."""
+    import chromadb
+
+    fields = settings.model_dump() if hasattr(settings, "model_dump") else settings.dict()
+    for key in ("chroma_api_impl", "chroma_server_host", "chroma_server_http_port"):
+        fields.pop(key, None)  # AsyncHttpClient sets these itself
+    copied = chromadb.config.Settings(**fields)
+    client = await chromadb.AsyncHttpClient(
+        host=settings.chroma_server_host,
+        port=settings.chroma_server_http_port,
+        ssl=bool(settings.chroma_server_ssl_enabled),
+        headers=settings.chroma_server_headers,
+        settings=copied,
+        tenant=tenant,
+        database=database,
+    )
+    return await client.get_collection(name, embedding_function=None)
+
+
+def _query_arguments(
+    request: Search, vector: Sequence[float], *, embeddings: bool = True
+) -> dict[str, Any]:
+    return {
+        "query_embeddings": [list(vector)],
+        "n_results": request.k,
+        "where": dict(request.where) if request.where is not None else None,
+        "where_document": dict(request.where_document) if request.where_document else None,
+        "include": ["documents", "metadatas", "distances", *(["embeddings"] if embeddings else [])],
+    }
+
+
+def _get_arguments(request: Fetch, embeddings: bool) -> dict[str, Any]:
+    return {
+        "ids": list(request.ids),
+        "where": dict(request.where) if request.where is not None else None,
+        "where_document": dict(request.where_document) if request.where_document else None,
+        "include": ["documents", "metadatas", *(["embeddings"] if embeddings else [])],
+    }
+
+
+def _embedded_hits(result: Any, vector: Sequence[float], space: Space) -> Embedded:
+    """Chroma's answer to one query as hits, best first (chunks without text left out)."""
+    vectors = result.get("embeddings")
+    count = len(result["ids"][0])
+    rows = [
+        (Document(page_content=text, metadata=metadata or {}, id=chunk_id), distance, emb)
+        for chunk_id, text, metadata, distance, emb in zip(
+            result["ids"][0],
+            result["documents"][0],
+            result["metadatas"][0],
+            result["distances"][0],
+            vectors[0] if vectors is not None else [()] * count,
+            strict=True,
+        )
+        if text is not None
+    ]
+    return Embedded(
+        documents=[row[0] for row in rows],
+        distances=[float(row[1]) for row in rows],
+        embeddings=[row[2] for row in rows],
+        query_embedding=list(vector),
+        space=space,
+    )
+
+
+def _embedded_chunks(result: Any, embeddings: bool) -> Embedded:
+    """Chroma's answer to one ``get`` as documents (chunks without text left out)."""
+    vectors = result["embeddings"] if embeddings else [()] * len(result["ids"])
+    rows = [
+        (Document(page_content=text, metadata=metadata or {}, id=chunk_id), vector)
+        for chunk_id, text, metadata, vector in zip(
+            result["ids"], result["documents"], result["metadatas"], vectors, strict=True
+        )
+        if text is not None
+    ]
+    return Embedded(documents=[row[0] for row in rows], embeddings=[row[1] for row in rows])
 
 
 def execute(store: WindowStore, request: Request) -> Any:

@@ -6,6 +6,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator
 from functools import lru_cache
@@ -107,19 +108,21 @@ class GuardedProxy:
     credentials of every request that reached the server.
     """
 
-    def __init__(self, upstream: str, accepted: dict[str, str]) -> None:
+    def __init__(self, upstream: str, accepted: dict[str, str], delay: float = 0.0) -> None:
         from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
         from urllib.parse import urlsplit
 
         self.accepted = {name.lower(): value for name, value in accepted.items()}
         self.seen: list[dict[str, str]] = []
+        self.in_flight = self.most_in_flight = 0
+        lock = threading.Lock()
         upstream_parts = urlsplit(upstream)
         proxy = self
 
         class Handler(BaseHTTPRequestHandler):
-            def _forward(self) -> None:
-                import http.client
+            protocol_version = "HTTP/1.1"  # keep-alive, as a real server
 
+            def _forward(self) -> None:
                 given = {k.lower(): v for k, v in self.headers.items()}
                 length = int(self.headers.get("Content-Length") or 0)
                 body = self.rfile.read(length) if length else None
@@ -133,15 +136,37 @@ class GuardedProxy:
                     self.wfile.write(payload)
                     return
                 proxy.seen.append({k: given[k] for k in proxy.accepted if k in given})
-                connection = http.client.HTTPConnection(
-                    upstream_parts.hostname or "127.0.0.1", upstream_parts.port, timeout=30
-                )
+                with lock:
+                    proxy.in_flight += 1
+                    proxy.most_in_flight = max(proxy.most_in_flight, proxy.in_flight)
+                try:
+                    time.sleep(delay)  # a server across a network
+                    self._pass_on(body)
+                finally:
+                    with lock:
+                        proxy.in_flight -= 1
+
+            def _pass_on(self, body: bytes | None) -> None:
+                import http.client
+
                 headers = {
                     k: v for k, v in self.headers.items() if k.lower() not in ("host", "connection")
                 }
-                connection.request(self.command, self.path, body=body, headers=headers)
-                response = connection.getresponse()
-                data = response.read()
+                for attempt in (1, 2):  # once more on a fresh connection if a pooled one died
+                    if getattr(self, "upstream", None) is None:
+                        self.upstream = http.client.HTTPConnection(
+                            upstream_parts.hostname or "127.0.0.1", upstream_parts.port, timeout=30
+                        )
+                    try:
+                        self.upstream.request(self.command, self.path, body=body, headers=headers)
+                        response = self.upstream.getresponse()
+                        data = response.read()
+                        break
+                    except (ConnectionError, http.client.HTTPException):
+                        self.upstream.close()
+                        self.upstream = None
+                        if attempt == 2:
+                            raise
                 self.send_response(response.status)
                 for name, value in response.getheaders():
                     if name.lower() not in ("transfer-encoding", "connection", "content-length"):
@@ -149,17 +174,23 @@ class GuardedProxy:
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
                 self.wfile.write(data)
-                connection.close()
+
+            def finish(self) -> None:
+                super().finish()
+                if getattr(self, "upstream", None) is not None:
+                    self.upstream.close()
 
             do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = _forward  # noqa: N815
 
             def log_message(self, *args: Any) -> None:
                 pass
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        import threading
+        class Server(ThreadingHTTPServer):
+            request_queue_size = 128  # many clients connect at once
+            daemon_threads = True
 
+        self.server = Server(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
     def close(self) -> None:
@@ -168,12 +199,12 @@ class GuardedProxy:
 
 
 @pytest.fixture
-def guarded_server(chroma_server: str) -> Iterator[Callable[[dict[str, str]], GuardedProxy]]:
+def guarded_server(chroma_server: str) -> Iterator[Callable[..., GuardedProxy]]:
     """Start proxies in front of the session's Chroma server that accept only given headers."""
     proxies: list[GuardedProxy] = []
 
-    def start(accepted: dict[str, str]) -> GuardedProxy:
-        proxies.append(GuardedProxy(chroma_server, accepted))
+    def start(accepted: dict[str, str], delay: float = 0.0) -> GuardedProxy:
+        proxies.append(GuardedProxy(chroma_server, accepted, delay))
         return proxies[-1]
 
     yield start

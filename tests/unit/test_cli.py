@@ -177,7 +177,7 @@ def test_an_unreachable_server_is_named(capsys: pytest.CaptureFixture[str]) -> N
         port = sock.getsockname()[1]
     line = fails(["query", "q", "--chroma-url", f"http://127.0.0.1:{port}"], capsys)
     assert line.startswith(
-        f"window-retriever: error: cannot reach the Chroma server at http://127.0.0.1:{port}; "
+        f"window-retriever: error: cannot reach the Chroma server at http://127.0.0.1:{port} ("
     )
 
 

@@ -1,0 +1,264 @@
+"""A Chroma server as a first-class store: open_store, credentials, tenants, async, the CLI.
+
+Everything runs against the real ``chroma run`` server on loopback; credentials are checked by
+a proxy in front of it (as in production: Chroma's open-source server checks none itself).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+from urllib.parse import urlsplit
+
+import chromadb
+import pytest
+from chromadb.config import Settings
+from langchain_core.documents import Document
+from langchain_core.embeddings import DeterministicFakeEmbedding
+
+from tests.integration.conftest import GuardedProxy
+from window_retriever import (
+    ContextWindowRetriever,
+    StoreError,
+    WindowSplitter,
+    add_chunks,
+    open_store,
+)
+from window_retriever._cli import main
+from window_retriever._stores import ChromaWindowStore
+
+TOKEN = "s3cret-token"  # noqa: S105 - a test's token
+Guard = Callable[..., GuardedProxy]
+
+
+def turns(count: int = 6, words: int = 300) -> list[Document]:
+    return [
+        Document(
+            page_content=" ".join(f"topic{i} word{j}" for j in range(words)),
+            metadata={"source": f"notes/{i}.txt", "tenant": "acme" if i % 2 else "globex"},
+        )
+        for i in range(count)
+    ]
+
+
+def fill(store: Any) -> list[Document]:
+    chunks = WindowSplitter().split_documents(turns())
+    add_chunks(store, chunks)
+    return chunks
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+@pytest.mark.parametrize(
+    ("header", "sent"),
+    [("Authorization", f"Bearer {TOKEN}"), ("X-Chroma-Token", TOKEN)],
+)
+def test_a_token_reaches_the_server_on_every_call(
+    guarded_server: Guard, header: str, sent: str
+) -> None:
+    proxy = guarded_server({header: sent})
+    name = unique("token")
+    store = open_store(
+        url=proxy.url,
+        collection=name,
+        create=True,
+        token=TOKEN,
+        token_header=header,
+        embeddings=DeterministicFakeEmbedding(size=32),
+    )
+    fill(store)
+    before = len(proxy.seen)
+    docs = ContextWindowRetriever(vectorstore=store, k=2).invoke("topic3 word7")
+    assert docs and len(proxy.seen) > before  # the search and the fetch went through the proxy
+    assert all(seen == {header.lower(): sent} for seen in proxy.seen)
+
+
+def test_basic_auth_from_the_url(guarded_server: Guard) -> None:
+    import base64
+
+    proxy = guarded_server({"Authorization": "Basic " + base64.b64encode(b"ann:p@ss").decode()})
+    netloc = urlsplit(proxy.url).netloc
+    store = open_store(
+        url=f"http://ann:p%40ss@{netloc}",
+        collection=unique("basic"),
+        create=True,
+        embeddings=DeterministicFakeEmbedding(size=32),
+    )
+    fill(store)
+    assert ContextWindowRetriever(vectorstore=store, k=1).invoke("topic1")
+
+
+@pytest.mark.parametrize("token", [None, "wrong"])
+def test_refused_credentials_are_one_line_that_names_the_fix(
+    guarded_server: Guard, token: str | None
+) -> None:
+    proxy = guarded_server({"Authorization": f"Bearer {TOKEN}"})
+    with pytest.raises(StoreError) as raised:
+        open_store(url=proxy.url, token=token, create=True, environ={})
+    message = str(raised.value)
+    assert message.startswith(f"the Chroma server at {proxy.url} refused the credentials")
+    assert "WINDOW_RETRIEVER_CHROMA_TOKEN" in message and "\n" not in message
+    assert TOKEN not in message and (token is None or token not in message)
+
+
+def test_a_password_never_appears_in_a_message(guarded_server: Guard) -> None:
+    proxy = guarded_server({"Authorization": f"Bearer {TOKEN}"})
+    netloc = urlsplit(proxy.url).netloc
+    with pytest.raises(StoreError) as raised:
+        open_store(url=f"http://ann:hunter2@{netloc}", environ={})
+    assert "hunter2" not in str(raised.value) and "ann:***@" in str(raised.value)
+
+
+def test_tenant_and_database_are_passed_through(chroma_server: str) -> None:
+    parts = urlsplit(chroma_server)
+    admin = chromadb.AdminClient(
+        Settings(
+            chroma_api_impl="chromadb.api.fastapi.FastAPI",
+            chroma_server_host=parts.hostname,
+            chroma_server_http_port=parts.port,
+        )
+    )
+    tenant, database = unique("tenant"), unique("db")
+    admin.create_tenant(tenant)
+    admin.create_database(database, tenant=tenant)
+    embeddings = DeterministicFakeEmbedding(size=32)
+    name = unique("tenancy")
+    store = open_store(
+        url=chroma_server,
+        collection=name,
+        create=True,
+        tenant=tenant,
+        database=database,
+        embeddings=embeddings,
+    )
+    fill(store)
+    # the same collection name in the default tenant is another collection (or none)
+    with pytest.raises(StoreError, match=f"no collection '{name}'"):
+        open_store(url=chroma_server, collection=name, embeddings=embeddings, environ={})
+    environ = {
+        "WINDOW_RETRIEVER_CHROMA_URL": chroma_server,
+        "WINDOW_RETRIEVER_CHROMA_TENANT": tenant,
+        "WINDOW_RETRIEVER_CHROMA_DATABASE": database,
+    }
+    again = open_store(collection=name, embeddings=embeddings, environ=environ)
+    assert again._collection.count() == store._collection.count() > 0
+    with pytest.raises(StoreError, match=r"no tenant 'nobody'.*pass another tenant"):
+        open_store(url=chroma_server, tenant="nobody", environ={})
+    with pytest.raises(StoreError, match=r"no database 'nothing'.*pass another database"):
+        open_store(url=chroma_server, tenant=tenant, database="nothing", environ={})
+
+
+def test_the_command_line_reads_the_server_and_token_from_the_environment(
+    guarded_server: Guard, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    proxy = guarded_server({"Authorization": f"Bearer {TOKEN}"})
+    name = unique("cli")
+    # ingest with the real packaged model, as a user would
+    pages = turns(3, words=80)
+    monkeypatch.setenv("WINDOW_RETRIEVER_CHROMA_URL", proxy.url)
+    monkeypatch.setenv("WINDOW_RETRIEVER_CHROMA_TOKEN", TOKEN)
+    folder = _write(pages, monkeypatch)
+    assert main(["ingest", str(folder), "--collection", name]) == 0
+    capsys.readouterr()
+    assert main(["query", "topic2 word5", "--collection", name, "--json", "-k", "1"]) == 0
+    (result,) = json.loads(capsys.readouterr().out)
+    assert "topic2" in result["text"]
+    assert proxy.seen  # it all went through the guarded server
+    monkeypatch.setenv("WINDOW_RETRIEVER_CHROMA_TOKEN", "wrong")
+    assert main(["query", "topic2", "--collection", name]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("window-retriever: error: the Chroma server at") and "\n" not in err
+    monkeypatch.setenv("WINDOW_RETRIEVER_CHROMA_TOKEN", TOKEN)
+    assert main(["query", "topic2", "--collection", unique("missing")]) == 2
+    assert "run 'window-retriever ingest' first or pass --collection" in capsys.readouterr().err
+
+
+def _write(pages: list[Document], monkeypatch: pytest.MonkeyPatch) -> Any:
+    import tempfile
+    from pathlib import Path
+
+    folder = Path(tempfile.mkdtemp(prefix="server-pages-"))
+    for i, page in enumerate(pages):
+        (folder / f"{i}.txt").write_text(page.page_content, encoding="utf-8")
+    return folder
+
+
+def test_async_on_a_server_uses_the_async_http_client(guarded_server: Guard) -> None:
+    """Concurrent ainvokes wait on the network together and never hold the event loop.
+
+    The proxy adds 0.5 s to every call, as a distant server would. Threads would cap the calls
+    in flight at the executor's size and a blocking call would stall the heartbeat for 0.5 s.
+    """
+    delay, concurrent = 0.5, 24
+    proxy = guarded_server({"Authorization": f"Bearer {TOKEN}"}, delay=delay)
+    store = open_store(
+        url=proxy.url,
+        collection=unique("async"),
+        create=True,
+        token=TOKEN,
+        embeddings=DeterministicFakeEmbedding(size=32),
+    )
+    fill(store)
+    retriever = ContextWindowRetriever(vectorstore=store, k=2, total_budget=900)
+    expected = retriever.invoke("topic4 word9")
+    gaps: list[float] = []
+
+    async def heartbeat(stop: asyncio.Event) -> None:
+        last = time.perf_counter()
+        while not stop.is_set():
+            await asyncio.sleep(0.005)
+            now = time.perf_counter()
+            gaps.append(now - last)
+            last = now
+
+    async def run() -> list[list[Document]]:
+        await retriever.ainvoke("warm up")  # opens the async client once
+        proxy.most_in_flight = 0
+        stop = asyncio.Event()
+        beat = asyncio.create_task(heartbeat(stop))
+        results = await asyncio.gather(
+            *(retriever.ainvoke("topic4 word9") for _ in range(concurrent))
+        )
+        stop.set()
+        await beat
+        return results
+
+    results = asyncio.run(run())
+    assert all(
+        [d.page_content for d in result] == [d.page_content for d in expected] for result in results
+    )
+    assert proxy.most_in_flight > 10  # not capped by a thread pool (6 threads on 2 cores)
+    print(f"longest heartbeat gap {max(gaps):.3f} s")
+    assert max(gaps) < delay  # the loop was never held for a whole store call
+    assert isinstance(retriever._store, ChromaWindowStore)
+    assert retriever._store._async_collection  # the async client, not threads
+
+
+def test_async_on_an_embedded_store_stays_on_threads(tmp_path: Any) -> None:
+    store = open_store(
+        tmp_path / "db",
+        collection="embedded",
+        create=True,
+        embeddings=DeterministicFakeEmbedding(size=32),
+    )
+    fill(store)
+    retriever = ContextWindowRetriever(vectorstore=store, k=2)
+    docs = asyncio.run(retriever.ainvoke("topic1 word3"))
+    assert docs == retriever.invoke("topic1 word3")
+    assert retriever._store._async_collection is False  # type: ignore[attr-defined]
+
+
+def test_an_unreachable_server_is_one_line() -> None:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    with pytest.raises(StoreError, match=r"cannot reach the Chroma server .*chroma run"):
+        open_store(url=f"http://127.0.0.1:{port}", environ={})
