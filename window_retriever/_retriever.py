@@ -8,8 +8,11 @@ and async paths drive it and differ by one ``await``.
 
 from __future__ import annotations
 
+import itertools
 import logging
-from collections.abc import Callable, Generator, Mapping, Sequence
+import statistics
+from collections import deque
+from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
@@ -35,8 +38,10 @@ from window_retriever._ids import (
 )
 from window_retriever._stores import (
     Fetch,
+    IdSearchStore,
     Request,
     Search,
+    SearchIds,
     WindowStore,
     aexecute,
     execute,
@@ -57,6 +62,7 @@ from window_retriever._windows import (
     fit_total,
     plan_fetch,
     plan_needs,
+    plan_positions,
 )
 
 logger = logging.getLogger("window_retriever")
@@ -196,6 +202,7 @@ class ContextWindowRetriever(BaseRetriever):
     returning it unexpanded with a warning."""
 
     _store: WindowStore = PrivateAttr()
+    _lengths: _TypicalLength = PrivateAttr(default_factory=lambda: _TypicalLength())
 
     def __init__(self, **kwargs: Any) -> None:
         """Validate the arguments; a bad one raises ``ConfigurationError`` (a ValueError)."""
@@ -322,32 +329,67 @@ class ContextWindowRetriever(BaseRetriever):
         return [_document(window, over_budget=over) for window in windows]
 
     def _window_flow(self, query: str, params: _Params) -> Generator[Request, Any, list[Document]]:
-        """``k`` windows of up to ``window_budget`` each (no total budget)."""
+        """``k`` windows of up to ``window_budget`` each (no total budget).
+
+        Once the typical chunk length is known (from earlier calls), the search asks for ids
+        and distances only and the one fetch brings the texts of the hits the plan covers
+        with their neighbours: Chroma's cheapest search, and nothing read twice.
+        """
         predicate, fetch_where = _neighbour_filter(params)
         fetch_k = params.fetch_k
+        typical = self._lengths.typical()
+        lean = typical is not None and isinstance(self._store, IdSearchStore)
         while True:
-            results = yield Search(query, fetch_k, params.filter, params.where_document)
-            hits, chunks = self._hits(results)
-            fetched = set(chunks)
             measure = Measure(self.length_function)
-            wanted = plan_fetch(
-                hits,
-                k=params.k,
-                budget=params.window_budget,
-                mode=params.mode,
-                length_function=self.length_function,
-                measure=measure,
-            )
+            beyond: list[Hit] = []  # lean: candidates the plan did not cover
+            if lean and typical is not None:
+                found = yield SearchIds(query, fetch_k, params.filter, params.where_document)
+                located = _located(found)
+                if located is None:  # ids not made by WindowSplitter
+                    lean = False
+                    continue
+                wanted, covered = plan_positions(
+                    located,
+                    dict.fromkeys((hit.chunk.id for hit in located), typical),
+                    k=params.k,
+                    budget=params.window_budget,
+                    mode=params.mode,
+                )
+                ids = {make_chunk_id(*position): position for position in wanted}
+                ids |= {hit.chunk.id: hit.chunk.position for hit in covered}  # type: ignore[misc]
+                documents = yield Fetch(list(ids), fetch_where, params.where_document)
+                beyond = located[len(covered) :]
+                read = self._located_hits(covered, documents, predicate)
+                if read is None:  # a hit is not where its id says: read it the usual way
+                    lean = False
+                    continue
+                hits, chunks = read
+                _admit(documents, ids, predicate, chunks)
+                fetched = set(ids.values())
+                returned = len(found)
+            else:
+                results = yield Search(query, fetch_k, params.filter, params.where_document)
+                hits, chunks = self._hits(results)
+                fetched = set(chunks)
+                wanted = plan_fetch(
+                    hits,
+                    k=params.k,
+                    budget=params.window_budget,
+                    mode=params.mode,
+                    length_function=self.length_function,
+                    measure=measure,
+                )
+                returned = len(results)
             assembly: Assembly | None = None
             for _ in range(_MAX_FETCH_ROUNDS):
                 missing = [position for position in wanted if position not in fetched]
                 if missing:
-                    ids = {make_chunk_id(*position): position for position in missing}
-                    documents = yield Fetch(list(ids), fetch_where, params.where_document)
+                    more = {make_chunk_id(*position): position for position in missing}
+                    documents = yield Fetch(list(more), fetch_where, params.where_document)
                     fetched.update(missing)
-                    _admit(documents, ids, predicate, chunks)
+                    _admit(documents, more, predicate, chunks)
                 assembly = assemble(
-                    hits,
+                    [*hits, *_absorbed(beyond, chunks)],
                     chunks,
                     fetched,
                     k=params.k,
@@ -360,9 +402,30 @@ class ContextWindowRetriever(BaseRetriever):
                     break
                 wanted = plan_needs(assembly.needs)
             assert assembly is not None  # noqa: S101 - the loop runs at least once
-            if len(assembly.windows) >= params.k or len(results) < fetch_k:
+            self._lengths.learn(measure, chunks.values())
+            unread = any(hit.chunk.position not in chunks for hit in beyond)
+            if len(assembly.windows) >= params.k or (returned < fetch_k and not unread):
                 return [_document(window) for window in assembly.windows]
+            if unread:
+                lean = False  # fewer windows than planned: read every candidate
+                continue
             fetch_k *= 2  # candidates merged into fewer than k windows: search wider
+
+    def _located_hits(
+        self, covered: Sequence[Hit], documents: Sequence[Document], predicate: Predicate | None
+    ) -> tuple[list[Hit], dict[Position, Chunk]] | None:
+        """The covered hits, read from the fetched documents (a hit gone since is left out)."""
+        by_id = {document.id: document for document in documents}
+        hits: list[Hit] = []
+        for located in covered:
+            document = by_id.get(located.chunk.id)
+            if document is None or (predicate is not None and not predicate(document.metadata)):
+                continue
+            hit = self._hit(document, located.distance)
+            if hit.chunk.position not in (None, located.chunk.position):
+                return None
+            hits.append(hit)
+        return self._hits_and_chunks(_unique(hits))
 
     def _params(self, overrides: Mapping[str, Any]) -> _Params:
         unknown = sorted(set(overrides) - set(OVERRIDABLE))
@@ -442,7 +505,12 @@ class ContextWindowRetriever(BaseRetriever):
         self, results: Sequence[tuple[Document, float]]
     ) -> tuple[list[Hit], dict[Position, Chunk]]:
         """The search results as hits (each chunk once), and the chunks they put in place."""
-        hits = _unique([self._hit(document, distance) for document, distance in results])
+        return self._hits_and_chunks(
+            _unique([self._hit(document, distance) for document, distance in results])
+        )
+
+    @staticmethod
+    def _hits_and_chunks(hits: list[Hit]) -> tuple[list[Hit], dict[Position, Chunk]]:
         chunks: dict[Position, Chunk] = {}
         for hit in hits:
             if hit.chunk.position is not None:
@@ -465,6 +533,63 @@ def _neighbour_filter(params: _Params) -> tuple[Predicate | None, Mapping[str, A
     """
     predicate = compile_where(params.filter) if params.where_document is None else None
     return predicate, None if predicate is not None else params.filter
+
+
+class _TypicalLength:
+    """The median length of recently read chunks: what a search that returns no text plans by.
+
+    Learned from the chunks each call reads (a few per call, the last 256 kept). A plan made
+    with it may fetch a neighbour too many (cheap) or too few (one more fetch); never a
+    different result.
+    """
+
+    __slots__ = ("_median", "_recent")
+
+    def __init__(self) -> None:
+        self._recent: deque[int] = deque(maxlen=256)
+        self._median: int | None = None
+
+    def typical(self) -> int | None:
+        return self._median
+
+    def learn(self, measure: Measure, chunks: Iterable[Chunk]) -> None:
+        self.learn_from(measure.text(chunk) for chunk in itertools.islice(chunks, 8))
+
+    def learn_from(self, lengths: Iterable[int]) -> None:
+        self._recent.extend(lengths)
+        if self._recent:
+            self._median = max(1, int(statistics.median_low(self._recent)))
+
+
+def _located(found: Sequence[tuple[str, float]]) -> list[Hit] | None:
+    """Hits known by id alone: ``file_id:chunk_index`` ids give their positions, no text.
+
+    ``None`` when an id has another form (the caller then reads the hits the usual way).
+    """
+    hits: list[Hit] = []
+    seen: set[str] = set()
+    for chunk_id, distance in found:
+        file_id, _, index = chunk_id.rpartition(":")
+        if not file_id or not index.isdigit():
+            return None
+        if chunk_id not in seen:
+            seen.add(chunk_id)
+            chunk = Chunk(id=chunk_id, text="", file_id=file_id, index=int(index))
+            hits.append(Hit(chunk, float(distance)))
+    return hits
+
+
+def _absorbed(beyond: Sequence[Hit], chunks: Mapping[Position, Chunk]) -> list[Hit]:
+    """Candidates beyond the plan that were fetched as neighbours, as hits.
+
+    Such a candidate can only be absorbed into a window (every hit before it was planned), and
+    it must be, as a search that returned texts would have it: it adds its id and score.
+    """
+    return [
+        Hit(chunks[hit.chunk.position], hit.distance)  # type: ignore[index]
+        for hit in beyond
+        if hit.chunk.position in chunks
+    ]
 
 
 def _unique(hits: Sequence[Hit]) -> list[Hit]:

@@ -42,7 +42,22 @@ class Fetch:
     """Also return every chunk's stored embedding (an :class:`Embedded`)."""
 
 
-Request = Search | Fetch
+@dataclass(frozen=True, slots=True)
+class SearchIds:
+    """A similarity search that returns only ``(id, distance)`` pairs, best first.
+
+    The cheapest search Chroma has: no text, no metadata. The retriever asks for it once it
+    knows the store's typical chunk length, reads each hit's position from its id, and fetches
+    the texts of the hits it will use together with their neighbours, in one ``get``.
+    """
+
+    query: str
+    k: int
+    where: Where | None = None
+    where_document: Where | None = None
+
+
+Request = Search | SearchIds | Fetch
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +102,15 @@ class EmbeddingWindowStore(WindowStore, Protocol):
         ...
 
 
+@runtime_checkable
+class IdSearchStore(WindowStore, Protocol):
+    """A store that can search for ids and distances alone (see :class:`SearchIds`)."""
+
+    def search_ids(self, request: SearchIds) -> list[tuple[str, float]]:
+        """Return ``(id, distance)`` pairs, best (lowest distance) first."""
+        ...
+
+
 class ChromaWindowStore:
     """Adapter for ``langchain_chroma.Chroma`` (embedded or client/server).
 
@@ -114,6 +138,12 @@ class ChromaWindowStore:
     def fetch(self, request: Fetch) -> list[Document]:
         """Get chunks by id in one call; ``where`` only when the caller could not decide it."""
         return list(self.fetch_embedded(request, embeddings=False).documents)
+
+    def search_ids(self, request: SearchIds) -> list[tuple[str, float]]:
+        """Search by the query's vector for ids and distances only."""
+        vector = self._embedder().embed_query(request.query)
+        result = self.vectorstore._collection.query(**_ids_query_arguments(request, vector))
+        return list(zip(result["ids"][0], map(float, result["distances"][0]), strict=True))
 
     def search_embedded(self, request: Search) -> Embedded:
         """Embed the query with the store's embedding function and search by that vector."""
@@ -151,6 +181,15 @@ class ChromaWindowStore:
         arguments = _query_arguments(request, vector, embeddings=False)
         found = _embedded_hits(await collection.query(**arguments), vector, "l2")
         return list(zip(found.documents, found.distances, strict=True))
+
+    async def asearch_ids(self, request: SearchIds) -> list[tuple[str, float]]:
+        """``search_ids`` over Chroma's async HTTP client on a server; in a thread otherwise."""
+        collection = await self._server_collection()
+        if collection is None:
+            return await run_in_executor(None, self.search_ids, request)
+        vector = await self._embedder().aembed_query(request.query)
+        result = await collection.query(**_ids_query_arguments(request, vector))
+        return list(zip(result["ids"][0], map(float, result["distances"][0]), strict=True))
 
     async def afetch(self, request: Fetch) -> list[Document]:
         """``fetch`` over Chroma's async HTTP client on a server; in a thread otherwise."""
@@ -235,6 +274,16 @@ def _query_arguments(
     }
 
 
+def _ids_query_arguments(request: SearchIds, vector: Sequence[float]) -> dict[str, Any]:
+    return {
+        "query_embeddings": [list(vector)],
+        "n_results": request.k,
+        "where": dict(request.where) if request.where is not None else None,
+        "where_document": dict(request.where_document) if request.where_document else None,
+        "include": ["distances"],
+    }
+
+
 def _get_arguments(request: Fetch, embeddings: bool) -> dict[str, Any]:
     return {
         "ids": list(request.ids),
@@ -284,6 +333,11 @@ def _embedded_chunks(result: Any, embeddings: bool) -> Embedded:
 
 def execute(store: WindowStore, request: Request) -> Any:
     """Run one request against ``store``."""
+    if isinstance(request, SearchIds):
+        if not isinstance(store, IdSearchStore):
+            msg = f"{type(store).__name__} has no search_ids; the retriever should not ask it"
+            raise ConfigurationError(msg)
+        return store.search_ids(request)
     if request.embeddings:
         if not isinstance(store, EmbeddingWindowStore):
             msg = (
@@ -307,8 +361,10 @@ async def aexecute(store: WindowStore, request: Request) -> Any:
     coroutines is awaited directly; otherwise the sync call runs in LangChain's executor (as
     langchain-chroma's own ``a*`` methods do).
     """
-    name = "asearch" if isinstance(request, Search) else "afetch"
-    if request.embeddings:
+    name = "afetch" if isinstance(request, Fetch) else "asearch"
+    if isinstance(request, SearchIds):
+        name = "asearch_ids"
+    elif request.embeddings:
         name = f"{name}_embedded"  # asearch_embedded / afetch_embedded
     native = getattr(store, name, None)
     if native is not None:

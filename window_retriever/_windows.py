@@ -237,20 +237,43 @@ def plan_fetch(
     """
     measure = measure or Measure(length_function)
     windowable = [hit for hit in hits if hit.chunk.position is not None]
+    lengths = {hit.chunk.id: measure.text(hit.chunk) for hit in windowable}
+    return plan_positions(
+        windowable, lengths, k=k, budget=budget, mode=mode, total_budget=total_budget
+    )[0]
+
+
+def plan_positions(
+    hits: Sequence[Hit],
+    lengths: Mapping[str, int],
+    *,
+    k: int,
+    budget: int,
+    mode: Mode,
+    total_budget: int | None = None,
+) -> tuple[list[Position], list[Hit]]:
+    """:func:`plan_fetch` for hits whose lengths are given (known, or expected).
+
+    Returns the neighbour positions to fetch and the hits that the plan covered, in rank
+    order: the hits that can become or join the ``k`` windows. A search that returned only
+    ids (positions) and distances fetches exactly these hits' texts with their neighbours.
+    """
+    windowable = [hit for hit in hits if hit.chunk.position is not None]
     if not windowable:
-        return []
+        return [], []
     if total_budget is not None:
         budget = min(budget, total_budget)
-    lengths = {hit.chunk.id: measure.text(hit.chunk) for hit in windowable}
-    typical = sorted(lengths.values())[len(lengths) // 2]
+    typical = sorted(lengths[hit.chunk.id] for hit in windowable)[len(windowable) // 2]
     step = max(1, int(typical * _STEP_FACTOR))
     directions = _DIRECTIONS[mode]
     known = {hit.chunk.position for hit in windowable}
     reaches: dict[str, list[tuple[int, int]]] = {}
     planned: dict[Position, None] = {}
+    covered: list[Hit] = []
     distinct = 0
     filled = 0
     for hit in windowable:
+        covered.append(hit)
         file_id, index = hit.chunk.position  # type: ignore[misc]
         left = max(0, budget - lengths[hit.chunk.id])
         reach = min(left // step + 1, MAX_PLANNED) if left else 0
@@ -265,10 +288,10 @@ def plan_fetch(
             if (file_id, position) not in known:
                 planned[(file_id, position)] = None
             if len(planned) >= MAX_PLANNED:
-                return list(planned)
+                return list(planned), covered
         if distinct >= k or (total_budget is not None and 2 * filled >= 3 * total_budget):
             break
-    return list(planned)
+    return list(planned), covered
 
 
 def plan_needs(needs: Iterable[Need]) -> list[Position]:

@@ -52,6 +52,18 @@ def corpus(make_store: Callable[..., Chroma]) -> tuple[Chroma, list[Document]]:
     return store, chunks
 
 
+def twice(retriever: ContextWindowRetriever, query: str) -> list[Document]:
+    """Ask twice: first with a full search, then (lengths now known) with the lean one.
+
+    Filters must hold on both paths, and both must give the same windows.
+    """
+    first = retriever.invoke(query)
+    assert retriever._lengths.typical() is not None or not first
+    second = retriever.invoke(query)
+    assert second == first
+    return second
+
+
 def chunk(chunks: list[Document], source: str, index: int) -> Document:
     return next(
         c for c in chunks if c.metadata["source"] == source and c.metadata["chunk_index"] == index
@@ -94,7 +106,8 @@ def test_one_search_and_one_batched_fetch_per_query(
         assert spy.calls == {"query": 1, "get": 1}
         ((_, fetch),) = [entry for entry in spy.log if entry[0] == "get"]
         assert fetch["where"] is None  # the fast path: ids only, filter applied in Python
-        assert len(fetch["ids"]) <= 4 * (2 * 6 + 1)  # sized from the budget, not the file
+        # sized from the budget, not the file (and, once lengths are known, the hits it reads)
+        assert len(fetch["ids"]) <= 4 * (2 * 6 + 1) + 16
 
 
 def test_no_fetch_when_no_window_can_grow(
@@ -225,7 +238,7 @@ def test_a_hidden_chunk_never_appears_and_is_never_joined_across(
     retriever = ContextWindowRetriever(
         vectorstore=store, k=3, window_budget=2000, filter={"level": {"$ne": "secret"}}
     )
-    docs = retriever.invoke(chunk(chunks, "alpha", 5).page_content)
+    docs = twice(retriever, chunk(chunks, "alpha", 5).page_content)
     for doc in docs:
         assert secret.metadata["chunk_id"] not in doc.metadata["chunk_ids"]
         indexes = [int(i.rsplit(":", 1)[1]) for i in doc.metadata["chunk_ids"]]
@@ -253,7 +266,7 @@ def test_tenants_never_see_each_other(make_store: Callable[..., Chroma]) -> None
         vectorstore=store, k=4, window_budget=800, filter={"tenant": "a"}
     )
     # ask with tenant b's own words: the search must still only see tenant a
-    docs = retriever.invoke(next(c for c in chunks if c.metadata["tenant"] == "b").page_content)
+    docs = twice(retriever, next(c for c in chunks if c.metadata["tenant"] == "b").page_content)
     assert docs
     assert all(d.metadata["tenant"] == "a" and "SECRET" not in d.page_content for d in docs)
 
@@ -267,7 +280,7 @@ def test_each_chunks_own_access_metadata_is_respected(make_store: Callable[..., 
     retriever = ContextWindowRetriever(
         vectorstore=store, k=4, window_budget=3000, filter={"access": 0}
     )
-    docs = retriever.invoke(chunk(chunks, "gamma", 4).page_content)
+    docs = twice(retriever, chunk(chunks, "gamma", 4).page_content)
     assert len(docs) == 4
     for doc in docs:  # every neighbour is hidden, so every window is its hit alone
         assert len(doc.metadata["chunk_ids"]) == 1
@@ -284,8 +297,9 @@ def test_a_filter_the_evaluator_cannot_decide_goes_to_the_store(
     add_chunks(store, chunks)
     spy = spy_on(store)
     where = {"groups": {"$contains": "staff"}}
-    docs = ContextWindowRetriever(vectorstore=store, k=2, window_budget=2000, filter=where).invoke(
-        chunk(chunks, "alpha", 5).page_content
+    docs = twice(
+        ContextWindowRetriever(vectorstore=store, k=2, window_budget=2000, filter=where),
+        chunk(chunks, "alpha", 5).page_content,
     )
     assert all(
         chunk(chunks, "alpha", 6).metadata["chunk_id"] not in d.metadata["chunk_ids"] for d in docs
@@ -301,9 +315,12 @@ def test_where_document_applies_to_neighbours(make_store: Callable[..., Chroma])
     add_chunks(store, chunks)
     allowed = {c.metadata["chunk_id"] for c in chunks if "sentence 1" in c.page_content}
     assert 0 < len(allowed) < len(chunks)
-    docs = ContextWindowRetriever(
-        vectorstore=store, k=2, window_budget=2000, where_document={"$contains": "sentence 1"}
-    ).invoke("alpha sentence 12")
+    docs = twice(
+        ContextWindowRetriever(
+            vectorstore=store, k=2, window_budget=2000, where_document={"$contains": "sentence 1"}
+        ),
+        "alpha sentence 12",
+    )
     assert docs
     for doc in docs:  # every chunk of every window contains "sentence 1", not just the hit
         assert set(doc.metadata["chunk_ids"]) <= allowed

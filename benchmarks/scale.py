@@ -1,0 +1,259 @@
+"""Latency at scale: windowed against plain retrieval, embedded and on a Chroma server.
+
+Usage: ``python benchmarks/scale.py [--chunks 10000 100000] [--queries 200] [--out FILE]``.
+
+For each corpus size it builds one store of synthetic chunks (files of 50 chunks of about 400
+characters, ten tenants, split and stamped by WindowSplitter, the fake embedding so that the
+query embedding costs nothing: the worst case for the ratio) on local disk, and the same
+corpus on a ``chroma run`` server on loopback. Then, on each store, with and without a tenant
+filter, it times the same queries, interleaved, through:
+
+- ``plain``: ``vectorstore.as_retriever(search_kwargs={"k": 4, "filter": ...})``;
+- ``window``: ``ContextWindowRetriever(k=4)`` (static windows of up to 1,200 characters);
+- ``budget``: ``ContextWindowRetriever(k=4, total_budget=2000)`` (adaptive windows);
+- ``get``: one ``collection.get(ids=...)`` of exactly the ids the window retriever fetched for
+  that query: the second round trip, the floor of any windowing that reads neighbours.
+
+It reports p50 and p95 of each, the ratios to plain in the same run, the windowed time above
+plain in units of that one get, and store calls a query. Numbers are ratios side by side:
+these machines are noisy, so compare within one run, never across runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+from langchain_core.documents import Document
+from langchain_core.embeddings import DeterministicFakeEmbedding
+
+from window_retriever import ContextWindowRetriever, WindowSplitter, add_chunks, open_store
+from window_retriever._stores import ChromaWindowStore, Fetch, Search, SearchIds
+
+WORDS = [
+    *("window", "chunk", "context", "retrieval", "budget", "merge", "file", "store"),
+    *("query", "answer", "evidence", "table", "sentence", "paragraph", "section", "source"),
+    *("index", "neighbour", "overlap", "vector", "search", "token"),
+]
+PER_FILE = 50
+TENANTS = 10
+
+
+class Recorder(ChromaWindowStore):
+    """The Chroma adapter, counting its calls and keeping the ids of the last fetch."""
+
+    def __init__(self, vectorstore: Any) -> None:
+        super().__init__(vectorstore)
+        self.calls = 0
+        self.last_ids: list[str] = []
+
+    def search(self, request: Search) -> list[tuple[Document, float]]:  # noqa: D102
+        self.calls += 1
+        return super().search(request)
+
+    def search_ids(self, request: SearchIds) -> list[tuple[str, float]]:  # noqa: D102
+        self.calls += 1
+        return super().search_ids(request)
+
+    def search_embedded(self, request: Search) -> Any:  # noqa: D102
+        self.calls += 1
+        return super().search_embedded(request)
+
+    def fetch_embedded(self, request: Fetch, *, embeddings: bool = True) -> Any:  # noqa: D102
+        self.calls += 1
+        self.last_ids = list(request.ids)
+        return super().fetch_embedded(request, embeddings=embeddings)
+
+
+def corpus(chunks: int) -> tuple[list[Document], list[str]]:
+    """Synthetic files of PER_FILE chunks, a tenant each; and query texts drawn from them."""
+    rng = random.Random(7)
+    documents = []
+    for number in range(max(1, chunks // PER_FILE)):
+        sentences = [
+            " ".join(rng.choice(WORDS) for _ in range(rng.randint(8, 16))).capitalize() + "."
+            for _ in range(PER_FILE * 4)
+        ]
+        documents.append(
+            Document(
+                page_content=" ".join(sentences),
+                metadata={"source": f"doc-{number}", "tenant": f"t{number % TENANTS}"},
+            )
+        )
+    split = WindowSplitter().split_documents(documents)
+    texts = [c.page_content for c in rng.sample(split, min(len(split), 2000))]
+    return split, [" ".join(t.split()[3:12]) for t in texts]
+
+
+def start_server(path: Path) -> tuple[subprocess.Popen[bytes], str]:
+    import socket
+
+    import chromadb
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    executable = Path(sys.executable).parent / "chroma"
+    process = subprocess.Popen(  # noqa: S603 - this environment's own chroma
+        [str(executable), "run", "--path", str(path), "--host", "127.0.0.1", "--port", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            chromadb.HttpClient(host="127.0.0.1", port=port).heartbeat()
+            return process, f"http://127.0.0.1:{port}"
+        except Exception:
+            if time.monotonic() > deadline:
+                process.kill()
+                raise
+            time.sleep(0.2)
+
+
+def p(values: Sequence[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000
+
+
+def measure(store: Any, queries: Sequence[str], where: dict[str, str] | None) -> dict[str, Any]:
+    """Time plain, window, budget and the floor get on the same queries, interleaved."""
+    recorder = Recorder(store)
+    plain = store.as_retriever(search_kwargs={"k": 4, **({"filter": where} if where else {})})
+    window = ContextWindowRetriever(vectorstore=recorder, k=4, filter=where)
+    budget = ContextWindowRetriever(vectorstore=recorder, k=4, total_budget=2000, filter=where)
+    collection = store._collection
+    times: dict[str, list[float]] = {name: [] for name in ("plain", "window", "budget", "get")}
+    calls: dict[str, list[int]] = {"window": [], "budget": []}
+
+    def timed(name: str, run: Callable[[], Any]) -> Any:
+        began = time.perf_counter()
+        result = run()
+        times[name].append(time.perf_counter() - began)
+        return result
+
+    for warm in queries[:20]:
+        plain.invoke(warm)
+        window.invoke(warm)
+        budget.invoke(warm)
+    for times_list in times.values():
+        times_list.clear()
+    for number, query in enumerate(queries):
+        order = ["plain", "window", "budget"]
+        order = order[number % 3 :] + order[: number % 3]  # no position bias
+        for name in order:
+            if name == "plain":
+                timed("plain", partial(plain.invoke, query))
+                continue
+            before = recorder.calls
+            recorder.last_ids = []
+            timed(name, partial((window if name == "window" else budget).invoke, query))
+            calls[name].append(recorder.calls - before)
+            if name == "window":
+                include = ["documents", "metadatas"]
+                timed("get", partial(collection.get, ids=recorder.last_ids, include=include))
+    result: dict[str, Any] = {}
+    for name, values in times.items():
+        result[name] = {"p50": p(values, 0.5), "p95": p(values, 0.95)}
+    for name in ("window", "budget"):
+        result[name]["ratio_p50"] = result[name]["p50"] / result["plain"]["p50"]
+        result[name]["ratio_p95"] = result[name]["p95"] / result["plain"]["p95"]
+        result[name]["calls"] = statistics.mean(calls[name])
+        result[name]["over_plain_in_gets"] = (result[name]["p50"] - result["plain"]["p50"]) / (
+            result["get"]["p50"]
+        )
+    result["floor_ratio_p50"] = (result["plain"]["p50"] + result["get"]["p50"]) / result["plain"][
+        "p50"
+    ]
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--chunks", type=int, nargs="+", default=[10_000, 100_000])
+    parser.add_argument("--queries", type=int, default=200)
+    parser.add_argument("--kinds", nargs="+", default=["embedded", "server"])
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args()
+    embeddings = DeterministicFakeEmbedding(size=384)
+    rows: list[dict[str, Any]] = []
+    for size in args.chunks:
+        split, queries = corpus(size)
+        queries = queries[: args.queries]
+        for kind in args.kinds:
+            with tempfile.TemporaryDirectory() as directory:
+                server = None
+                if kind == "server":
+                    server, url = start_server(Path(directory))
+                    store = open_store(
+                        url=url, collection="bench", create=True, embeddings=embeddings
+                    )
+                else:
+                    store = open_store(
+                        directory, collection="bench", create=True, embeddings=embeddings
+                    )
+                try:
+                    began = time.perf_counter()
+                    add_chunks(store, split)
+                    built = time.perf_counter() - began
+                    for where in (None, {"tenant": "t3"}):
+                        row = {
+                            "chunks": len(split),
+                            "store": kind,
+                            "filter": "tenant" if where else "none",
+                            "build_s": round(built, 1),
+                            **measure(store, queries, where),
+                        }
+                        rows.append(row)
+                        print(_line(row), flush=True)
+                finally:
+                    if server is not None:
+                        server.terminate()
+                        server.wait(timeout=10)
+    print()
+    print(_table(rows))
+    if args.out:
+        args.out.write_text(json.dumps(rows, indent=1) + "\n", encoding="utf-8")
+
+
+def _line(row: dict[str, Any]) -> str:
+    return (
+        f"{row['chunks']} {row['store']} filter={row['filter']}: plain {row['plain']['p50']:.2f} "
+        f"ms, window {row['window']['p50']:.2f} ({row['window']['ratio_p50']:.2f}x), budget "
+        f"{row['budget']['p50']:.2f} ({row['budget']['ratio_p50']:.2f}x), get "
+        f"{row['get']['p50']:.2f}, floor {row['floor_ratio_p50']:.2f}x"
+    )
+
+
+def _table(rows: list[dict[str, Any]]) -> str:
+    lines = [
+        "| chunks | store | filter | plain p50 / p95 ms | window p50 / p95 ms | ratio p50 / p95 "
+        "| budget p50 / p95 ms | ratio p50 / p95 | one get p50 ms | floor (plain + get) "
+        "| window above plain, in gets | store calls (window, budget) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        w, b = r["window"], r["budget"]
+        lines.append(
+            f"| {r['chunks']:,} | {r['store']} | {r['filter']} "
+            f"| {r['plain']['p50']:.2f} / {r['plain']['p95']:.2f} "
+            f"| {w['p50']:.2f} / {w['p95']:.2f} | {w['ratio_p50']:.2f}x / {w['ratio_p95']:.2f}x "
+            f"| {b['p50']:.2f} / {b['p95']:.2f} | {b['ratio_p50']:.2f}x / {b['ratio_p95']:.2f}x "
+            f"| {r['get']['p50']:.2f} | {r['floor_ratio_p50']:.2f}x "
+            f"| {w['over_plain_in_gets']:.2f} | {w['calls']:.2f}, {b['calls']:.2f} |"
+        )
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    main()
