@@ -354,6 +354,7 @@ class ContextWindowRetriever(BaseRetriever):
                     k=params.k,
                     budget=params.window_budget,
                     mode=params.mode,
+                    known=set(),
                 )
                 ids = {make_chunk_id(*position): position for position in wanted}
                 ids |= {hit.chunk.id: hit.chunk.position for hit in covered}  # type: ignore[misc]

@@ -251,6 +251,7 @@ def plan_positions(
     budget: int,
     mode: Mode,
     total_budget: int | None = None,
+    known: Set[Position] | None = None,
 ) -> tuple[list[Position], list[Hit]]:
     """:func:`plan_fetch` for hits whose lengths are given (known, or expected).
 
@@ -266,7 +267,8 @@ def plan_positions(
     typical = sorted(lengths[hit.chunk.id] for hit in windowable)[len(windowable) // 2]
     step = max(1, int(typical * _STEP_FACTOR))
     directions = _DIRECTIONS[mode]
-    known = {hit.chunk.position for hit in windowable}
+    if known is None:
+        known = {hit.chunk.position for hit in windowable}  # type: ignore[misc]
     reaches: dict[str, list[tuple[int, int]]] = {}
     planned: dict[Position, None] = {}
     covered: list[Hit] = []
