@@ -35,9 +35,10 @@ unit: $(VENV)/.installed
 notebook: $(VENV)/.installed
 	$(PY) -c "import nbformat, nbclient; nb = nbformat.read('examples/demo.ipynb', 4); nbclient.NotebookClient(nb, timeout=120, record_timing=False, resources={'metadata': {'path': 'examples'}}).execute(); nbformat.write(nb, 'examples/demo.ipynb')"
 
-## bench: latency of windowed against plain retrieval on one store (ratios)
+## bench: latency of windowed against plain retrieval at 10k and 100k chunks, embedded and
+## on a Chroma server, with and without a tenant filter (ratios; about 10 minutes)
 bench: $(VENV)/.installed
-	$(PY) benchmarks/latency.py
+	$(PY) benchmarks/scale.py --out benchmarks/results/scale.json
 
 ## bench-locomo: windows against plain chunks and peers on LoCoMo (about 10 minutes)
 bench-locomo: $(VENV)/.installed
