@@ -27,7 +27,9 @@ from window_retriever._stores import (
     Embedded,
     EmbeddingWindowStore,
     Fetch,
+    IdSearchStore,
     Search,
+    SearchIds,
     WindowStore,
 )
 from window_retriever._version import __version__
@@ -48,11 +50,13 @@ __all__ = [
     "Embedded",
     "EmbeddingWindowStore",
     "Fetch",
+    "IdSearchStore",
     "LoadOptions",
     "MiniLMEmbeddings",
     "MissingWindowMetadataError",
     "OwnershipError",
     "Search",
+    "SearchIds",
     "StoreError",
     "WindowRetrieverError",
     "WindowSplitter",
