@@ -115,6 +115,7 @@ class GuardedProxy:
         self.accepted = {name.lower(): value for name, value in accepted.items()}
         self.seen: list[dict[str, str]] = []
         self.in_flight = self.most_in_flight = 0
+        self.by_call: dict[str, list[int]] = {}  # last path segment: [in flight, most]
         lock = threading.Lock()
         upstream_parts = urlsplit(upstream)
         proxy = self
@@ -136,15 +137,19 @@ class GuardedProxy:
                     self.wfile.write(payload)
                     return
                 proxy.seen.append({k: given[k] for k in proxy.accepted if k in given})
+                call = proxy.by_call.setdefault(self.path.rstrip("/").rsplit("/", 1)[-1], [0, 0])
                 with lock:
                     proxy.in_flight += 1
                     proxy.most_in_flight = max(proxy.most_in_flight, proxy.in_flight)
+                    call[0] += 1
+                    call[1] = max(call)
                 try:
                     time.sleep(delay)  # a server across a network
                     self._pass_on(body)
                 finally:
                     with lock:
                         proxy.in_flight -= 1
+                        call[0] -= 1
 
             def _pass_on(self, body: bytes | None) -> None:
                 import http.client
