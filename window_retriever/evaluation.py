@@ -33,7 +33,15 @@ from langchain_core.documents import Document
 from window_retriever._errors import ConfigurationError
 from window_retriever._ids import FILE_ID, START_INDEX
 from window_retriever._retriever import OVERRIDABLE, ContextWindowRetriever
-from window_retriever._stores import Embedded, Fetch, Search, execute, store_adapter
+from window_retriever._stores import (
+    Embedded,
+    Fetch,
+    IdSearchStore,
+    Search,
+    SearchIds,
+    execute,
+    store_adapter,
+)
 from window_retriever._windows import DEFAULT_WINDOW_BUDGET
 
 Span = tuple[int, int]
@@ -654,6 +662,14 @@ class CountingStore:
         """Count, then fetch."""
         self.calls += 1
         return list(execute(self.store, request))
+
+    def search_ids(self, request: SearchIds) -> list[tuple[str, float]]:
+        """Count, then search for ids and distances (a full search where the store has none)."""
+        self.calls += 1
+        if isinstance(self.store, IdSearchStore):
+            return list(execute(self.store, request))
+        full = Search(request.query, request.k, request.where, request.where_document)
+        return [(document.id or "", distance) for document, distance in execute(self.store, full)]
 
     def search_embedded(self, request: Search) -> Embedded:
         """Count, then search with embeddings (a store without them says so)."""

@@ -64,3 +64,29 @@ def test_a_store_with_other_ids_is_searched_the_usual_way(
     assert retriever.invoke("garden") == first
     includes = [entry[1].get("include") for entry in spy.log if entry[0] == "query"]
     assert includes[0] == ["distances"] and includes[-1] != ["distances"]  # then the full one
+
+
+def test_counting_store_searches_ids_even_around_a_store_without_them(
+    conversations: Chroma,
+) -> None:
+    from window_retriever import ChromaWindowStore, Fetch, Search
+    from window_retriever.evaluation import CountingStore
+
+    class Minimal:  # a WindowStore with the two required methods only
+        def __init__(self) -> None:
+            self.inner = ChromaWindowStore(conversations)
+
+        def search(self, request: Search) -> list[tuple[Document, float]]:
+            return self.inner.search(request)
+
+        def fetch(self, request: Fetch) -> list[Document]:
+            return self.inner.fetch(request)
+
+    counting = CountingStore(Minimal())
+    retriever = ContextWindowRetriever(vectorstore=counting, k=3, window_budget=300)
+    direct = ContextWindowRetriever(vectorstore=conversations, k=3, window_budget=300)
+    for topic in TOPICS:
+        before = counting.calls
+        assert retriever.invoke(topic) == direct.invoke(topic)
+        assert counting.calls - before >= 2
+    assert retriever._lengths.typical() is not None  # the later calls took the lean path
