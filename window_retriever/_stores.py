@@ -6,9 +6,12 @@ the sync and async paths share one body, and another store needs only another ad
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import asyncio
+import weakref
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, runtime_checkable
+from urllib.parse import quote
 
 from langchain_core.documents import Document
 from langchain_core.runnables.config import run_in_executor
@@ -114,15 +117,15 @@ class IdSearchStore(WindowStore, Protocol):
 class ChromaWindowStore:
     """Adapter for ``langchain_chroma.Chroma`` (embedded or client/server).
 
-    On a Chroma server the async methods use Chroma's ``AsyncHttpClient`` (same address,
-    headers, tenant and database as the store's own client), so many concurrent ``ainvoke``
-    calls wait on the network without a thread each; an embedded store runs its calls in
-    LangChain's executor, as langchain-chroma's own async methods do.
+    On a Chroma server the async methods speak async HTTP (same address, headers, tenant and
+    database as the store's own client), so many concurrent ``ainvoke`` calls wait on the
+    network without a thread each; an embedded store runs its calls in LangChain's executor,
+    as langchain-chroma's own async methods do.
     """
 
     def __init__(self, vectorstore: Any) -> None:
         self.vectorstore = vectorstore
-        self._async_collection: Any = None
+        self._async_server: _AsyncServer | Literal[False] | None = None
 
     # ---- sync ------------------------------------------------------------------------------
 
@@ -173,63 +176,55 @@ class ChromaWindowStore:
     # ---- async -----------------------------------------------------------------------------
 
     async def asearch(self, request: Search) -> list[tuple[Document, float]]:
-        """``search`` over Chroma's async HTTP client on a server; in a thread otherwise."""
-        collection = await self._server_collection()
-        if collection is None:
+        """``search`` over async HTTP on a server; in a thread otherwise."""
+        server = self._server()
+        if server is None:
             return await run_in_executor(None, self.search, request)
         vector = list(await self._embedder().aembed_query(request.query))
         arguments = _query_arguments(request, vector, embeddings=False)
-        found = _embedded_hits(await collection.query(**arguments), vector, "l2")
+        found = _embedded_hits(await server.call("query", arguments), vector, "l2")
         return list(zip(found.documents, found.distances, strict=True))
 
     async def asearch_ids(self, request: SearchIds) -> list[tuple[str, float]]:
-        """``search_ids`` over Chroma's async HTTP client on a server; in a thread otherwise."""
-        collection = await self._server_collection()
-        if collection is None:
+        """``search_ids`` over async HTTP on a server; in a thread otherwise."""
+        server = self._server()
+        if server is None:
             return await run_in_executor(None, self.search_ids, request)
         vector = await self._embedder().aembed_query(request.query)
-        result = await collection.query(**_ids_query_arguments(request, vector))
+        result = await server.call("query", _ids_query_arguments(request, vector))
         return list(zip(result["ids"][0], map(float, result["distances"][0]), strict=True))
 
     async def afetch(self, request: Fetch) -> list[Document]:
-        """``fetch`` over Chroma's async HTTP client on a server; in a thread otherwise."""
+        """``fetch`` over async HTTP on a server; in a thread otherwise."""
         return list((await self._aget(request, embeddings=False)).documents)
 
     async def asearch_embedded(self, request: Search) -> Embedded:
-        """``search_embedded`` over Chroma's async HTTP client on a server."""
-        collection = await self._server_collection()
-        if collection is None:
+        """``search_embedded`` over async HTTP on a server; in a thread otherwise."""
+        server = self._server()
+        if server is None:
             return await run_in_executor(None, self.search_embedded, request)
         vector = list(await self._embedder().aembed_query(request.query))
-        result = await collection.query(**_query_arguments(request, vector))
+        result = await server.call("query", _query_arguments(request, vector))
         return _embedded_hits(result, vector, self.space())
 
     async def afetch_embedded(self, request: Fetch) -> Embedded:
-        """``fetch_embedded`` over Chroma's async HTTP client on a server."""
+        """``fetch_embedded`` over async HTTP on a server; in a thread otherwise."""
         return await self._aget(request, embeddings=True)
 
     async def _aget(self, request: Fetch, *, embeddings: bool) -> Embedded:
-        collection = await self._server_collection()
-        if collection is None:
+        server = self._server()
+        if server is None:
             return await run_in_executor(None, self.fetch_embedded, request, embeddings=embeddings)
         if not request.ids:
             return Embedded(documents=[], embeddings=[])
-        return _embedded_chunks(
-            await collection.get(**_get_arguments(request, embeddings)), embeddings
-        )
+        result = await server.call("get", _get_arguments(request, embeddings))
+        return _embedded_chunks(result, embeddings)
 
-    async def _server_collection(self) -> Any:
-        """The collection through ``AsyncHttpClient`` when the store is on a server, else None."""
-        if self._async_collection is None:
-            client: Any = getattr(self.vectorstore, "_client", None)
-            settings = client.get_settings() if client is not None else None
-            if settings is None or settings.chroma_api_impl != "chromadb.api.fastapi.FastAPI":
-                self._async_collection = False  # embedded (or unknown): threads
-            else:
-                self._async_collection = await _async_collection(
-                    settings, client.tenant, client.database, self.vectorstore._collection.name
-                )
-        return self._async_collection or None
+    def _server(self) -> _AsyncServer | None:
+        """Async HTTP to the store's server, or None for an embedded store (threads)."""
+        if self._async_server is None:
+            self._async_server = _AsyncServer.of(self.vectorstore) or False
+        return self._async_server or None
 
     def _embedder(self) -> Any:
         embedder = getattr(self.vectorstore, "embeddings", None)
@@ -242,24 +237,87 @@ class ChromaWindowStore:
         return embedder
 
 
-async def _async_collection(settings: Any, tenant: str, database: str, name: str) -> Any:
-    """Open ``name`` through Chroma's ``AsyncHttpClient`` with the sync client's settings."""
-    import chromadb
+class _AsyncServer:
+    """The store's own Chroma server, spoken to with one ``httpx.AsyncClient`` per event loop.
 
-    fields = settings.model_dump() if hasattr(settings, "model_dump") else settings.dict()
-    for key in ("chroma_api_impl", "chroma_server_host", "chroma_server_http_port"):
-        fields.pop(key, None)  # AsyncHttpClient sets these itself
-    copied = chromadb.config.Settings(**fields)
-    client = await chromadb.AsyncHttpClient(
-        host=settings.chroma_server_host,
-        port=settings.chroma_server_http_port,
-        ssl=bool(settings.chroma_server_ssl_enabled),
-        headers=settings.chroma_server_headers,
-        settings=copied,
-        tenant=tenant,
-        database=database,
-    )
-    return await client.get_collection(name, embedding_function=None)
+    The address, the headers (credentials included, whether given as headers or through
+    Chroma's auth provider), the tenant and the database are those the store's sync client
+    sends, read from it; the collection id is read on every call, so a reset collection is
+    followed. Chroma's own ``AsyncHttpClient`` is not used: it shares its connections between
+    every client of one event loop, so two stores with two tokens would send one token.
+    """
+
+    def __init__(self, vectorstore: Any, url: str, headers: dict[str, str], verify: Any) -> None:
+        self._vectorstore = vectorstore
+        self._url = url
+        self._headers = headers
+        self._verify = verify
+        self._clients: weakref.WeakKeyDictionary[
+            asyncio.AbstractEventLoop, tuple[Any, AsyncIterator[None]]
+        ] = weakref.WeakKeyDictionary()
+
+    @classmethod
+    def of(cls, vectorstore: Any) -> _AsyncServer | None:
+        """For a store on a Chroma server; None for an embedded (or unknown) one."""
+        client: Any = getattr(vectorstore, "_client", None)
+        server: Any = getattr(client, "_server", None)
+        try:
+            settings = client.get_settings()
+            if settings.chroma_api_impl != "chromadb.api.fastapi.FastAPI":
+                return None
+            url = (
+                f"{server.get_api_url()}/tenants/{quote(client.tenant, safe='')}"
+                f"/databases/{quote(client.database, safe='')}/collections/"
+            )
+            headers = dict(server.get_request_headers())
+        except Exception:  # not a Chroma HTTP client: the thread path
+            return None
+        verify = settings.chroma_server_ssl_verify
+        return cls(vectorstore, url, headers, True if verify is None else verify)
+
+    async def call(self, endpoint: str, body: Mapping[str, Any]) -> Any:
+        """POST ``body`` to the collection's ``endpoint`` (``query`` or ``get``)."""
+        import orjson
+        from chromadb.api.base_http_client import BaseHTTPClient
+
+        collection = str(self._vectorstore._collection.id)
+        response = await (await self._client()).post(
+            f"{self._url}{quote(collection, safe='')}/{endpoint}",
+            content=orjson.dumps(body, option=orjson.OPT_SERIALIZE_NUMPY),
+        )
+        BaseHTTPClient._raise_chroma_error(response)  # Chroma's own errors, as sync raises them
+        return orjson.loads(response.content)
+
+    async def _client(self) -> Any:
+        import httpx
+
+        loop = asyncio.get_running_loop()
+        entry = self._clients.get(loop)
+        if entry is not None:
+            return entry[0]
+        verify = self._verify if self._url.startswith("https:") else False
+        client = httpx.AsyncClient(
+            headers=self._headers,
+            timeout=None,  # noqa: S113 - none, as Chroma's own sync client
+            verify=verify,
+        )
+        closer = _close_when_the_loop_ends(client)
+        self._clients[loop] = (client, closer)  # before any await: one client per loop
+        await anext(closer)
+        return client
+
+
+async def _close_when_the_loop_ends(client: Any) -> AsyncIterator[None]:
+    """Hold ``client`` open until its event loop shuts down, then close its connections.
+
+    ``asyncio.run`` (and any loop that calls ``shutdown_asyncgens``) finalises the async
+    generators still alive, so an application that runs one loop per request leaves no
+    sockets behind.
+    """
+    try:
+        yield
+    finally:
+        await client.aclose()
 
 
 def _query_arguments(

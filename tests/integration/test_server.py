@@ -239,7 +239,7 @@ def test_async_on_a_server_uses_the_async_http_client(guarded_server: Guard) -> 
         assert proxy.by_call["query"][1] > 10 and proxy.by_call["get"][1] > 10
         assert max(gaps) < delay  # the loop was never held for a whole store call
         assert isinstance(retriever._store, ChromaWindowStore)
-        assert retriever._store._async_collection  # the async client, not threads
+        assert retriever._store._server() is not None  # async HTTP, not threads
     assert static._lengths.typical() is not None  # so its searches asked for ids only
 
 
@@ -254,7 +254,7 @@ def test_async_on_an_embedded_store_stays_on_threads(tmp_path: Any) -> None:
     retriever = ContextWindowRetriever(vectorstore=store, k=2)
     docs = asyncio.run(retriever.ainvoke("topic1 word3"))
     assert docs == retriever.invoke("topic1 word3")
-    assert retriever._store._async_collection is False  # type: ignore[attr-defined]
+    assert retriever._store._server() is None  # type: ignore[attr-defined]
 
 
 def test_an_unreachable_server_is_one_line() -> None:
@@ -265,3 +265,109 @@ def test_an_unreachable_server_is_one_line() -> None:
         port = sock.getsockname()[1]
     with pytest.raises(StoreError, match=r"cannot reach the Chroma server .*chroma run"):
         open_store(url=f"http://127.0.0.1:{port}", environ={})
+
+
+def test_two_stores_with_two_tokens_each_send_their_own_in_one_event_loop(
+    guarded_server: Guard,
+) -> None:
+    """Chroma's AsyncHttpClient shares connections per event loop; this library must not."""
+    alice = guarded_server({"Authorization": "Bearer alice-token"})
+    bob = guarded_server({"Authorization": "Bearer bob-token"})
+    stores = [
+        open_store(
+            url=proxy.url,
+            collection=unique(name),
+            create=True,
+            token=f"{name}-token",
+            embeddings=DeterministicFakeEmbedding(size=32),
+            environ={},
+        )
+        for name, proxy in (("alice", alice), ("bob", bob))
+    ]
+    for store in stores:
+        fill(store)
+    retrievers = [ContextWindowRetriever(vectorstore=store, k=1) for store in stores]
+
+    async def both() -> None:
+        for _ in range(2):  # the second round takes the lean search
+            await asyncio.gather(*(r.ainvoke("topic1 word2") for r in retrievers))
+
+    alice.seen.clear()
+    bob.seen.clear()
+    asyncio.run(both())
+    assert alice.seen and bob.seen
+    assert {s["authorization"] for s in alice.seen} == {"Bearer alice-token"}
+    assert {s["authorization"] for s in bob.seen} == {"Bearer bob-token"}
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"filter": {"tenant": "acme"}},
+        {"where_document": {"$contains": "topic3"}},
+        {"filter": {"tenant": "acme"}, "total_budget": 1500},
+        {"where_document": {"$not_contains": "word1 "}, "total_budget": 1500},
+    ],
+)
+def test_filters_hold_on_the_async_server_path(chroma_server: str, options: dict[str, Any]) -> None:
+    store = open_store(
+        url=chroma_server,
+        collection=unique("filters"),
+        create=True,
+        embeddings=DeterministicFakeEmbedding(size=32),
+        environ={},
+    )
+    chunks = fill(store)
+    allowed = {
+        c.id
+        for c in chunks
+        if c.metadata["tenant"] == options.get("filter", {}).get("tenant", c.metadata["tenant"])
+        and (
+            "topic3" in c.page_content if "$contains" in options.get("where_document", {}) else True
+        )
+        and (
+            "word1 " not in c.page_content
+            if "$not_contains" in options.get("where_document", {})
+            else True
+        )
+    }
+    assert 0 < len(allowed) < len(chunks)
+    retriever = ContextWindowRetriever(vectorstore=store, k=3, **options)
+
+    async def ask() -> list[list[Document]]:
+        return [await retriever.ainvoke(f"topic{i} word{i}") for i in range(6) for _ in range(2)]
+
+    answers = asyncio.run(ask())  # each question twice: the full, then the lean search
+    assert any(answers)
+    for docs in answers:
+        for doc in docs:
+            assert set(doc.metadata["chunk_ids"]) <= allowed, doc.metadata["chunk_ids"]
+
+
+def test_async_reads_the_tenant_and_database_the_store_was_opened_in(chroma_server: str) -> None:
+    parts = urlsplit(chroma_server)
+    admin = chromadb.AdminClient(
+        Settings(
+            chroma_api_impl="chromadb.api.fastapi.FastAPI",
+            chroma_server_host=parts.hostname,
+            chroma_server_http_port=parts.port,
+        )
+    )
+    tenant, database = unique("tenant"), unique("db")
+    admin.create_tenant(tenant)
+    admin.create_database(database, tenant=tenant)
+    name, embeddings = unique("same-name"), DeterministicFakeEmbedding(size=32)
+    decoy = open_store(url=chroma_server, collection=name, create=True, embeddings=embeddings)
+    decoy.add_texts(["DECOY text in the default tenant"], ids=["decoy"])
+    store = open_store(
+        url=chroma_server,
+        collection=name,
+        create=True,
+        tenant=tenant,
+        database=database,
+        embeddings=embeddings,
+    )
+    fill(store)
+    retriever = ContextWindowRetriever(vectorstore=store, k=4)
+    answers = asyncio.run(retriever.ainvoke("DECOY text in the default tenant"))
+    assert answers and all("DECOY" not in doc.page_content for doc in answers)
