@@ -345,7 +345,8 @@ class ContextWindowRetriever(BaseRetriever):
             if lean and typical is not None:
                 found = yield SearchIds(query, fetch_k, params.filter, params.where_document)
                 located = _located(found)
-                if located is None:  # ids not made by WindowSplitter
+                if located is None:  # ids not made by WindowSplitter: never ask again
+                    self._lengths.disable()
                     lean = False
                     continue
                 wanted, covered = plan_positions(
@@ -390,7 +391,7 @@ class ContextWindowRetriever(BaseRetriever):
                     fetched.update(missing)
                     _admit(documents, more, predicate, chunks)
                 assembly = assemble(
-                    [*hits, *_absorbed(beyond, chunks)],
+                    [*hits, *_absorbed(beyond, chunks, until_unread=True)],
                     chunks,
                     fetched,
                     k=params.k,
@@ -405,6 +406,17 @@ class ContextWindowRetriever(BaseRetriever):
             assert assembly is not None  # noqa: S101 - the loop runs at least once
             self._lengths.learn(measure, chunks.values())
             unread = any(hit.chunk.position not in chunks for hit in beyond)
+            if unread and len(assembly.windows) >= params.k:  # later candidates: absorbed only
+                assembly = assemble(
+                    [*hits, *_absorbed(beyond, chunks)],
+                    chunks,
+                    fetched,
+                    k=params.k,
+                    budget=params.window_budget,
+                    mode=params.mode,
+                    length_function=self.length_function,
+                    measure=measure,
+                )
             if len(assembly.windows) >= params.k or (returned < fetch_k and not unread):
                 return [_document(window) for window in assembly.windows]
             if unread:
@@ -553,6 +565,11 @@ class _TypicalLength:
     def typical(self) -> int | None:
         return self._median
 
+    def disable(self) -> None:
+        """The store's ids do not tell positions: no lean search for this retriever."""
+        self._median = None
+        self._recent = deque(maxlen=0)
+
     def learn(self, measure: Measure, chunks: Iterable[Chunk]) -> None:
         self.learn_from(measure.text(chunk) for chunk in itertools.islice(chunks, 8))
 
@@ -571,7 +588,9 @@ def _located(found: Sequence[tuple[str, float]]) -> list[Hit] | None:
     seen: set[str] = set()
     for chunk_id, distance in found:
         file_id, _, index = chunk_id.rpartition(":")
-        if not file_id or not index.isdigit():
+        if not (file_id and index.isascii() and index.isdigit()):
+            return None
+        if make_chunk_id(file_id, int(index)) != chunk_id:  # "f:03" is not chunk 3
             return None
         if chunk_id not in seen:
             seen.add(chunk_id)
@@ -580,17 +599,24 @@ def _located(found: Sequence[tuple[str, float]]) -> list[Hit] | None:
     return hits
 
 
-def _absorbed(beyond: Sequence[Hit], chunks: Mapping[Position, Chunk]) -> list[Hit]:
-    """Candidates beyond the plan that were fetched as neighbours, as hits.
+def _absorbed(
+    beyond: Sequence[Hit], chunks: Mapping[Position, Chunk], *, until_unread: bool = False
+) -> list[Hit]:
+    """Candidates beyond the plan that were fetched as neighbours, as hits, in rank order.
 
-    Such a candidate can only be absorbed into a window (every hit before it was planned), and
-    it must be, as a search that returned texts would have it: it adds its id and score.
+    A search that returned texts would have them all, so they must count: absorbed into a
+    window, each adds its id and score. ``until_unread`` stops at the first candidate that was
+    not fetched: one after it must never open a window in its place (the caller reads all
+    candidates when the ``k`` windows are not there by then).
     """
-    return [
-        Hit(chunks[hit.chunk.position], hit.distance)  # type: ignore[index]
-        for hit in beyond
-        if hit.chunk.position in chunks
-    ]
+    found: list[Hit] = []
+    for hit in beyond:
+        if hit.chunk.position not in chunks:
+            if until_unread:
+                break
+            continue
+        found.append(Hit(chunks[hit.chunk.position], hit.distance))  # type: ignore[index]
+    return found
 
 
 def _unique(hits: Sequence[Hit]) -> list[Hit]:

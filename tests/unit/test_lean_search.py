@@ -3,11 +3,15 @@ neighbours. It must give exactly what the full search gives, and fall back where
 
 from __future__ import annotations
 
+import math
+import re
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 from langchain_chroma import Chroma
 from langchain_core.documents import Document
+from langchain_core.embeddings import Embeddings
 
 from tests.conftest import StoreSpy
 from tests.unit.test_budget import TOPICS, KeywordEmbeddings, split, turns
@@ -90,3 +94,76 @@ def test_counting_store_searches_ids_even_around_a_store_without_them(
         assert retriever.invoke(topic) == direct.invoke(topic)
         assert counting.calls - before >= 2
     assert retriever._lengths.typical() is not None  # the later calls took the lean path
+
+
+class RankEmbeddings(Embeddings):
+    """``[rN]`` in a text puts it at angle 0.01 * N from the query; other texts lie far off."""
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        return [self._vector(text) for text in texts]
+
+    def embed_query(self, text: str) -> list[float]:
+        return [1.0, 0.0]
+
+    @staticmethod
+    def _vector(text: str) -> list[float]:
+        found = re.search(r"\[r(\d+)\]", text)
+        angle = 0.01 * int(found.group(1)) if found else 1.5
+        return [math.cos(angle), math.sin(angle)]
+
+
+def test_a_candidate_the_lean_fetch_left_unread_is_never_skipped(
+    make_store: Callable[..., Chroma],
+) -> None:
+    """Lengths learned on long chunks, then a query into a file of short ones.
+
+    The two best hits merge into one window; the third best sits in another file and was not
+    read; the fourth was read as a neighbour. It must not take the third's place.
+    """
+    store = make_store(RankEmbeddings())
+    ranks = {("s", 10): 0, ("s", 25): 1, ("long", 5): 2, ("s", 43): 3}
+    documents, ids = [], []
+    for file_id, count, size in (("long", 10, 400), ("s", 60, 20)):
+        for i in range(count):
+            tag = f"[r{ranks[(file_id, i)]}]" if (file_id, i) in ranks else ""
+            text = (tag + f"{file_id}{i}" + "." * size)[:size]
+            metadata = {"file_id": file_id, "chunk_index": i, "start_index": i * (size + 1)}
+            documents.append(Document(text, metadata={**metadata, "chunk_id": f"{file_id}:{i}"}))
+            ids.append(f"{file_id}:{i}")
+    store.add_documents(documents, ids=ids)
+    options: dict[str, Any] = {"k": 2, "window_budget": 400, "fetch_k": 4}
+    warm = ContextWindowRetriever(vectorstore=store, **options)
+    warm.invoke("warm up", filter={"file_id": "long"})
+    assert warm._lengths.typical() == 400
+    lean = warm.invoke("q")
+    assert lean == ContextWindowRetriever(vectorstore=store, **options).invoke("q")
+    assert [d.metadata["hit_chunk_ids"][0] for d in lean] == ["s:10", "long:5"]
+
+
+@pytest.mark.parametrize("odd_id", ["f:03", "f:\u00b2"])
+def test_ids_that_only_look_like_chunk_ids_are_read_the_usual_way(
+    make_store: Callable[..., Chroma], odd_id: str
+) -> None:
+    store = make_store()
+    documents = [
+        Document(
+            f"chunk {i} " + "x" * 40,
+            metadata={
+                "file_id": "f",
+                "chunk_index": i,
+                "start_index": 50 * i,
+                "chunk_id": f"f:{i}",
+            },
+        )
+        for i in range(6)
+    ]
+    store.add_documents(documents, ids=[f"f:{i}" for i in range(6)])
+    extra = Document("chunk 3 " + "x" * 40 + " odd", metadata={"file_id": "f", "chunk_index": 3})
+    store.add_documents([extra], ids=[odd_id])
+    options: dict[str, Any] = {"k": 2, "window_budget": 200, "fetch_k": 8}
+    warm = ContextWindowRetriever(vectorstore=store, **options)
+    warm.invoke("chunk 0 " + "x" * 40)
+    for query in ("chunk 3 " + "x" * 40 + " odd", "chunk 2 " + "x" * 40):
+        assert warm.invoke(query) == ContextWindowRetriever(vectorstore=store, **options).invoke(
+            query
+        )
