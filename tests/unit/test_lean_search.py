@@ -117,8 +117,9 @@ def test_a_candidate_the_lean_fetch_left_unread_is_never_skipped(
 ) -> None:
     """Lengths learned on long chunks, then a query into a file of short ones.
 
-    The two best hits merge into one window; the third best sits in another file and was not
-    read; the fourth was read as a neighbour. It must not take the third's place.
+    The two best hits merge into one window (s:1-34, a hidden chunk at s:37 ends it); the
+    third best sits in another file and was not read; the fourth was read as a neighbour (of
+    the window after the gap). It must not take the third's place.
     """
     store = make_store(RankEmbeddings())
     ranks = {("s", 10): 0, ("s", 25): 1, ("long", 5): 2, ("s", 43): 3}
@@ -128,16 +129,18 @@ def test_a_candidate_the_lean_fetch_left_unread_is_never_skipped(
             tag = f"[r{ranks[(file_id, i)]}]" if (file_id, i) in ranks else ""
             text = (tag + f"{file_id}{i}" + "." * size)[:size]
             metadata = {"file_id": file_id, "chunk_index": i, "start_index": i * (size + 1)}
+            metadata["tenant"] = "b" if (file_id, i) == ("s", 37) else "a"  # a gap at s:37
             documents.append(Document(text, metadata={**metadata, "chunk_id": f"{file_id}:{i}"}))
             ids.append(f"{file_id}:{i}")
     store.add_documents(documents, ids=ids)
     options: dict[str, Any] = {"k": 2, "window_budget": 400, "fetch_k": 4}
+    options["filter"] = {"tenant": "a"}
     warm = ContextWindowRetriever(vectorstore=store, **options)
     warm.invoke("warm up", filter={"file_id": "long"})
     assert warm._lengths.typical() == 400
     lean = warm.invoke("q")
     assert lean == ContextWindowRetriever(vectorstore=store, **options).invoke("q")
-    assert [d.metadata["hit_chunk_ids"][0] for d in lean] == ["s:10", "long:5"]
+    assert [d.id for d in lean] == ["s:1-34", "long:5-5"]  # the third best, not the fourth
 
 
 @pytest.mark.parametrize("odd_id", ["f:03", "f:\u00b2"])
