@@ -651,11 +651,10 @@ def _location(args: argparse.Namespace) -> tuple[Path | None, str | None]:
 def _store(args: argparse.Namespace, *, create: bool) -> Any:
     from window_retriever._open import open_store
 
-    directory, url = _location(args)
-    try:
+    try:  # open_store reads the environment itself, so that its messages name the variables
         return open_store(
-            directory,
-            url=url,
+            args.db,
+            url=args.chroma_url,
             collection=args.collection,
             create=create,
             tenant=args.chroma_tenant,

@@ -17,6 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from window_retriever import ConfigurationError, StoreError, open_store
+from window_retriever._cli import main
 from window_retriever._open import _address, _public
 
 PASSWORD = "hunter2"  # noqa: S105 - a test's password
@@ -264,4 +265,66 @@ def test_a_query_or_fragment_is_refused(url: str) -> None:
     assert message == (
         "url cannot have a query ('?...') or a fragment ('#...'): nothing is read from them; "
         "pass tenant= and database= as arguments"
+    )
+
+
+# ---- the command line ---------------------------------------------------------------------------
+
+
+@pytest.fixture
+def cli(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> Callable[..., str]:
+    """Run the CLI with only ``env`` of the store's variables set; return its one error line."""
+    for name in ("DB", "CHROMA_URL", "CHROMA_TOKEN", "CHROMA_TOKEN_HEADER", "CHROMA_TENANT"):
+        monkeypatch.delenv(f"WINDOW_RETRIEVER_{name}", raising=False)
+    monkeypatch.delenv("WINDOW_RETRIEVER_CHROMA_DATABASE", raising=False)
+
+    def run(argv: list[str], **env: str) -> str:
+        for name, value in env.items():
+            monkeypatch.setenv(name, value)
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "Traceback" not in err
+        assert PASSWORD not in err and TOKEN not in err
+        for name in env:
+            monkeypatch.delenv(name)
+        return err.removeprefix("window-retriever: error: ").rstrip("\n")
+
+    return run
+
+
+def test_the_cli_names_the_variable_or_the_flag_the_url_came_from(
+    cli: Callable[..., str], fake_server: Callable[..., Requests]
+) -> None:
+    bad = "http://ann:hunter2@127.0.0.1:1873l"
+    line = cli(["query", "q"], WINDOW_RETRIEVER_CHROMA_URL=bad)
+    assert line.startswith(f"{ENV_URL} must look like http://HOST:PORT, a PORT from 1 to 65535")
+    assert "--chroma-url" not in line
+    line = cli(["query", "q", "--chroma-url", bad])
+    assert line.startswith("--chroma-url must look like http://HOST:PORT")
+    assert "'http://ann:***@127.0.0.1:1873l'" in line
+
+    fake_server(unreachable)
+    line = cli(["query", "q"], WINDOW_RETRIEVER_CHROMA_URL="http://127.0.0.1")
+    assert line.endswith(f", or check {ENV_URL}") and "on its default port 8000" in line
+    line = cli(["query", "q", "--chroma-url", "http://127.0.0.1:8123"])
+    assert line.endswith(", or check --chroma-url")
+
+
+def test_the_cli_names_the_token_variable_and_the_url_source(cli: Callable[..., str]) -> None:
+    url = "http://ann:hunter2@127.0.0.1:8000"
+    line = cli(["query", "q"], **{ENV_URL: url, ENV_TOKEN: "t"})
+    assert line == f"{ENV_TOKEN} and a user:password in {ENV_URL} both give credentials; keep one"
+    line = cli(["query", "q", "--chroma-url", url], **{ENV_TOKEN: "t"})
+    assert (
+        line == f"{ENV_TOKEN} and a user:password in --chroma-url both give credentials; keep one"
+    )
+    line = cli(["query", "q"], **{ENV_URL: "http://127.0.0.1:8000", ENV_TOKEN: f"{TOKEN}\r"})
+    assert line == f"{ENV_TOKEN} holds a line break, which no token has; set it to the token alone"
+
+
+def test_the_cli_says_which_options_replace_a_query(cli: Callable[..., str]) -> None:
+    line = cli(["query", "q", "--chroma-url", "http://127.0.0.1:8000/?tenant=acme"])
+    assert line == (
+        "--chroma-url cannot have a query ('?...') or a fragment ('#...'): nothing is read "
+        "from them; pass --chroma-tenant and --chroma-database"
     )
