@@ -259,6 +259,27 @@ def test_a_host_that_cannot_be_looked_up_is_a_url_error_not_a_header_error(host:
     )
 
 
+@pytest.mark.parametrize(
+    ("raised", "message"),
+    [
+        (UnicodeError("label empty or too long"), "url is not a URL HTTP can reach, got"),
+        (httpx.InvalidURL("Invalid port"), "url is not a URL HTTP can reach, got"),
+        (httpx.LocalProtocolError("Illegal header value"), "a header is not valid HTTP"),
+        (UnicodeEncodeError("ascii", "é", 0, 1, "no"), "a header is not valid HTTP"),
+    ],
+)
+def test_what_httpx_cannot_send_is_told_apart_from_an_unreachable_server(
+    raised: Exception, message: str, fake_server: Callable[..., Requests]
+) -> None:
+    """The probe's last guard, behind the checks of the URL and the headers."""
+
+    def fail(request: httpx.Request) -> httpx.Response:
+        raise raised
+
+    fake_server(fail)
+    assert refused(url="http://127.0.0.1:8000").startswith(message)
+
+
 @pytest.mark.parametrize("url", ["http://h:1/?tenant=x", "http://h:1#db", "http://h:1/?token=abc"])
 def test_a_query_or_fragment_is_refused(url: str) -> None:
     message = refused(url=url)
