@@ -532,10 +532,12 @@ _CLI_WORDS: tuple[tuple[str | re.Pattern[str], str], ...] = (
         re.compile(r"^(.+) is a file, not a store directory"),
         r"--db \1 is a file, not a store directory",
     ),
-    ("a Chroma server URL looks like", "--chroma-url must look like"),
     ("or pass another tenant", "or pass another --chroma-tenant"),
     ("or pass another database", "or pass another --chroma-database"),
-    ("or check the URL", "or check --chroma-url"),
+    ("pass tenant= and database= as arguments", "pass --chroma-tenant and --chroma-database"),
+    # open_store names the url argument `url`, and WINDOW_RETRIEVER_CHROMA_URL when the URL
+    # came from there: only a URL given as --chroma-url is --chroma-url.
+    (re.compile(r"(^|\bin |\bcheck )url\b"), r"\1--chroma-url"),
 )
 
 
@@ -649,11 +651,10 @@ def _location(args: argparse.Namespace) -> tuple[Path | None, str | None]:
 def _store(args: argparse.Namespace, *, create: bool) -> Any:
     from window_retriever._open import open_store
 
-    directory, url = _location(args)
-    try:
+    try:  # open_store reads the environment itself, so that its messages name the variables
         return open_store(
-            directory,
-            url=url,
+            args.db,
+            url=args.chroma_url,
             collection=args.collection,
             create=create,
             tenant=args.chroma_tenant,

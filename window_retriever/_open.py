@@ -17,7 +17,10 @@ from __future__ import annotations
 
 import base64
 import os
+import re
+import unicodedata
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 from urllib.parse import quote, unquote, urlsplit
@@ -44,6 +47,8 @@ ENV_DATABASE: Final = "WINDOW_RETRIEVER_CHROMA_DATABASE"
 TOKEN_HEADERS: Final = ("Authorization", "X-Chroma-Token")
 PROBE_TIMEOUT: Final = 10.0
 """Seconds to wait for the server's first answers when the store is opened."""
+_LONG_ENOUGH: Final = 8
+"""The fewest characters of a header's value that messages hide as a possible credential."""
 
 
 def open_store(
@@ -66,7 +71,9 @@ def open_store(
         db: An embedded store's directory. Pass ``db`` or ``url``, not both; with neither,
             ``WINDOW_RETRIEVER_CHROMA_URL`` or ``WINDOW_RETRIEVER_DB`` decides, and without
             those the directory ``chroma-db``.
-        url: A Chroma server, ``http(s)://[user:password@]host[:port]``.
+        url: A Chroma server, ``http(s)://[user:password@]host[:port]``: no path, query or
+            fragment; an IPv6 host in brackets (``http://[::1]:8000``); without a port, 8000
+            for http and 443 for https. Percent-encode ``/ ? # @`` in the user and password.
         collection: The collection's name.
         embeddings: The embedding model; default: the packaged offline MiniLM model.
         create: Create the directory and the collection when missing. Readers leave it
@@ -81,29 +88,43 @@ def open_store(
         environ: Where the variables are read (default ``os.environ``).
 
     Raises:
-        ConfigurationError: The arguments contradict each other or are malformed.
+        ConfigurationError: The arguments contradict each other or are malformed (a token or
+            password that no HTTP header can carry included).
         StoreError: The store cannot be opened: an unreachable server, refused credentials,
-            a missing store, tenant, database or collection. The message names the fix.
+            a missing store, tenant, database or collection.
+
+    Every message is one line that names the argument, or the variable it was read from, and
+    the fix; it never shows the token or the password, not even of a URL that does not parse.
     """
     env = os.environ if environ is None else environ
-    directory, url = store_location(db, url, env)
+    names = _Names(
+        url="url" if url is not None else ENV_URL,
+        token="token" if token else ENV_TOKEN,
+        token_header="token_header" if token_header else ENV_TOKEN_HEADER,
+    )
+    token = token or env.get(ENV_TOKEN) or None
+    token_header = token_header or env.get(ENV_TOKEN_HEADER) or "Authorization"
     tenant = tenant or env.get(ENV_TENANT) or None
     database = database or env.get(ENV_DATABASE) or None
-    if url is not None:
-        client = _server_client(
-            url,
-            token=token or env.get(ENV_TOKEN) or None,
-            token_header=token_header or env.get(ENV_TOKEN_HEADER) or "Authorization",
-            headers=headers,
-            tenant=tenant,
-            database=database,
-        )
-        where = _public(url)
-    else:
-        directory = directory or Path(DEFAULT_DB)  # (store_location never leaves both None)
-        client = _embedded_client(directory, create=create, tenant=tenant, database=database)
-        where = f"{directory}/"
-    return _collection(client, collection, where, embeddings=embeddings, create=create)
+    secrets: list[str] = []
+    try:
+        directory, url = store_location(db, url, env)
+        if url is not None:
+            secrets = _secrets(url, token, headers)
+            address = _address(url, names.url)
+            sent = _headers(address, names, token=token, token_header=token_header, headers=headers)
+            client = _server_client(address, sent, names, tenant=tenant, database=database)
+            where = address.shown
+        else:
+            directory = directory or Path(DEFAULT_DB)  # (store_location never leaves both None)
+            client = _embedded_client(directory, create=create, tenant=tenant, database=database)
+            where = f"{directory}/"
+        return _collection(client, collection, where, embeddings=embeddings, create=create)
+    except (ConfigurationError, StoreError) as error:
+        if not secrets:
+            raise
+        # The last guard: no message names a secret, whatever a library put into it.
+        raise type(error)(_redact(str(error), secrets)) from None
 
 
 def store_location(
@@ -123,60 +144,156 @@ def store_location(
     return Path(db if db is not None else DEFAULT_DB), None
 
 
-def _server_client(
-    url: str,
+@dataclass(frozen=True)
+class _Names:
+    """Where each setting came from, as a message names it: the argument or the variable."""
+
+    url: str
+    token: str
+    token_header: str
+
+
+@dataclass(frozen=True)
+class _Address:
+    """A Chroma server's address and the credentials in its URL, checked."""
+
+    scheme: str
+    host: str
+    """As in a URL: an IPv6 address in brackets (``[::1]``), as chromadb.HttpClient takes it."""
+    port: int
+    port_given: bool
+    user: str | None
+    password: str | None
+    shown: str
+    """The URL for messages, without its password."""
+
+    @property
+    def base(self) -> str:
+        return f"{self.scheme}://{self.host}:{self.port}"
+
+
+def _address(url: str, name: str) -> _Address:
+    """Parse a server URL; a flaw is a ConfigurationError that names ``name``, never a secret."""
+    if any(char.isspace() or _is_control(char) for char in url):
+        msg = f"{name} holds a space, a line break or a control character; remove it"
+        raise ConfigurationError(msg)
+    shown = _public(url)
+    try:
+        parts = urlsplit(url)
+    except ValueError:  # an unclosed [IPv6 address]
+        raise ConfigurationError(f"{name} must look like http://HOST:PORT, got {shown!r}") from None
+    if parts.scheme in ("http", "https") and "@" in parts.path + parts.query + parts.fragment:
+        raise ConfigurationError(  # a '/', '?' or '#' in the password ended the host early
+            f"{name} must look like http://USER:PASSWORD@HOST:PORT, got {shown!r}; percent-encode "
+            "'/', '?', '#' and '@' in the user and the password (%2F, %3F, %23, %40)"
+        )
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ConfigurationError(f"{name} must look like http://HOST:PORT, got {shown!r}")
+    try:
+        port = parts.port
+    except ValueError:  # not a number, or above 65535
+        port = 0
+    if port == 0:
+        msg = f"{name} must look like http://HOST:PORT, a PORT from 1 to 65535, got {shown!r}"
+        raise ConfigurationError(msg)
+    if parts.query or parts.fragment:
+        raise ConfigurationError(
+            f"{name} cannot have a query ('?...') or a fragment ('#...'): nothing is read "
+            "from them; pass tenant= and database= as arguments"
+        )
+    if parts.path not in ("", "/"):
+        msg = f"{name} cannot have a path, got {parts.path!r} in {shown}; give http://HOST:PORT"
+        raise ConfigurationError(msg)
+    user = None if parts.username is None else unquote(parts.username)
+    password = None if parts.password is None else unquote(parts.password)
+    if any(_is_control(char) for char in (user or "") + (password or "")):
+        msg = f"the user:password in {name} holds a control character (a line break?); remove it"
+        raise ConfigurationError(msg)
+    host = parts.hostname
+    try:
+        host.encode("idna")  # how the host is looked up: labels of 1 to 63 characters
+    except UnicodeError:
+        msg = f"{name} has a host name that cannot be looked up (an empty or over-long label)"
+        raise ConfigurationError(f"{msg}, got {shown!r}") from None
+    return _Address(
+        scheme=parts.scheme,
+        host=f"[{host}]" if ":" in host else host,
+        port=port or (443 if parts.scheme == "https" else 8000),
+        port_given=port is not None,
+        user=user,
+        password=password,
+        shown=shown,
+    )
+
+
+def _headers(
+    address: _Address,
+    names: _Names,
     *,
     token: str | None,
     token_header: str,
     headers: Mapping[str, str] | None,
+) -> dict[str, str]:
+    """The HTTP headers of every request: the caller's and the credentials, checked."""
+    if token_header.lower() not in {name.lower() for name in TOKEN_HEADERS}:
+        choices = ", ".join(TOKEN_HEADERS)
+        msg = f"{names.token_header} must be one of {choices}, got {token_header!r}"
+        raise ConfigurationError(msg)
+    sent = dict(headers or {})
+    for key, value in sent.items():
+        flaw = _flaw(key) or _flaw(value.replace(" ", ""))  # a value may have inner spaces
+        if flaw:
+            raise ConfigurationError(f"the header {key!r} in headers holds {flaw}; fix it")
+    if address.user is not None:
+        if token is not None:
+            msg = f"{names.token} and a user:password in {names.url} both give credentials; "
+            raise ConfigurationError(msg + "keep one")
+        pair = f"{address.user}:{address.password or ''}"
+        sent["Authorization"] = "Basic " + base64.b64encode(pair.encode()).decode("ascii")
+    elif token is not None:
+        flaw = _flaw(token)
+        if flaw:
+            msg = f"{names.token} holds {flaw}, which no token has; set it to the token alone"
+            raise ConfigurationError(msg)
+        is_bearer = token_header.lower() == "authorization"
+        sent["Authorization" if is_bearer else "X-Chroma-Token"] = (
+            f"Bearer {token}" if is_bearer else token
+        )
+    return sent
+
+
+def _server_client(
+    address: _Address,
+    headers: dict[str, str],
+    names: _Names,
+    *,
     tenant: str | None,
     database: str | None,
 ) -> Any:
     import chromadb
     from chromadb.config import DEFAULT_DATABASE, DEFAULT_TENANT
 
-    parts = urlsplit(url)
-    try:
-        port = parts.port
-    except ValueError:
-        port = -1
-    if parts.scheme not in ("http", "https") or not parts.hostname or port == -1:
-        raise ConfigurationError(f"a Chroma server URL looks like http://HOST:PORT, got {url!r}")
-    if parts.path not in ("", "/"):
-        msg = f"a Chroma server URL has no path, got {parts.path!r} in {_public(url)}"
-        raise ConfigurationError(msg)
-    if token_header.lower() not in {name.lower() for name in TOKEN_HEADERS}:
-        msg = f"token_header must be one of {', '.join(TOKEN_HEADERS)}, got {token_header!r}"
-        raise ConfigurationError(msg)
-    sent = dict(headers or {})
-    if parts.username is not None:
-        if token is not None:
-            msg = "pass a token or a user:password in the URL, not both"
-            raise ConfigurationError(msg)
-        pair = f"{unquote(parts.username)}:{unquote(parts.password or '')}"
-        sent["Authorization"] = "Basic " + base64.b64encode(pair.encode()).decode("ascii")
-    elif token is not None:
-        is_bearer = token_header.lower() == "authorization"
-        sent["Authorization" if is_bearer else "X-Chroma-Token"] = (
-            f"Bearer {token}" if is_bearer else token
-        )
-    host, port = parts.hostname, port or (443 if parts.scheme == "https" else 8000)
-    _probe(f"{parts.scheme}://{host}:{port}", sent, _public(url), tenant, database)
+    _probe(address, headers, names, tenant, database)
     try:
         return chromadb.HttpClient(
-            host=host,
-            port=port,
-            ssl=parts.scheme == "https",
-            headers=sent or None,
+            host=address.host,
+            port=address.port,
+            ssl=address.scheme == "https",
+            headers=headers or None,
             tenant=tenant or DEFAULT_TENANT,
             database=database or DEFAULT_DATABASE,
         )
     except Exception as error:
-        raise StoreError(f"the Chroma server at {_public(url)} failed: {_brief(error)}") from None
+        msg = f"the Chroma server at {address.shown} failed: {_brief(error)}"
+        raise StoreError(msg) from None
 
 
 def _probe(
-    base: str, headers: Mapping[str, str], where: str, tenant: str | None, database: str | None
+    address: _Address,
+    headers: Mapping[str, str],
+    names: _Names,
+    tenant: str | None,
+    database: str | None,
 ) -> None:
     """Ask the server who we are, and for the tenant and database, before Chroma's client does.
 
@@ -187,6 +304,7 @@ def _probe(
     import httpx
     from chromadb.config import DEFAULT_TENANT
 
+    where = address.shown
     tenant_path = f"/api/v2/tenants/{quote(tenant or DEFAULT_TENANT, safe='')}"
     checks = [("/api/v2/auth/identity", "", "")]
     if tenant:
@@ -194,14 +312,16 @@ def _probe(
     if database:
         checks.append((f"{tenant_path}/databases/{quote(database, safe='')}", "database", database))
     try:
-        with httpx.Client(base_url=base, headers=dict(headers), timeout=PROBE_TIMEOUT) as client:
+        with httpx.Client(
+            base_url=address.base, headers=dict(headers), timeout=PROBE_TIMEOUT
+        ) as client:
             for path, kind, name in checks:
                 response = client.get(path)
                 if response.status_code in (401, 403):
                     raise StoreError(
                         f"the Chroma server at {where} refused the credentials "
                         f"({response.status_code} {response.reason_phrase}); check the token "
-                        f"({ENV_TOKEN}) or the user:password in the URL"
+                        f"({ENV_TOKEN}) or the user:password in {names.url}"
                     )
                 if response.status_code == 404 and kind:
                     msg = f"no {kind} {name!r} at {where}; create it or pass another {kind}"
@@ -212,10 +332,17 @@ def _probe(
                         f"the Chroma server at {where} answered {response.status_code} "
                         f"{response.reason_phrase} ({text}); is it a Chroma 1.x server?"
                     )
+    except (httpx.LocalProtocolError, UnicodeEncodeError):  # a header httpx cannot send
+        msg = "a header is not valid HTTP (a line break, a control or non-ASCII character?)"
+        raise ConfigurationError(f"{msg}; check headers and {names.token}") from None
+    except (httpx.InvalidURL, UnicodeError):  # a host that cannot be looked up
+        msg = f"{names.url} is not a URL HTTP can reach, got {where!r}; give http://HOST:PORT"
+        raise ConfigurationError(msg) from None
     except httpx.HTTPError as error:
+        port = "" if address.port_given else f" on its default port {address.port}"
         raise StoreError(
-            f"cannot reach the Chroma server at {where} ({_brief(error)}); start one with "
-            "'chroma run --path DIR --host 127.0.0.1 --port PORT', or check the URL"
+            f"cannot reach the Chroma server at {where}{port} ({_brief(error)}); start one with "
+            f"'chroma run --path DIR --host 127.0.0.1 --port PORT', or check {names.url}"
         ) from None
 
 
@@ -270,9 +397,75 @@ def _brief(error: BaseException) -> str:
 
 
 def _public(url: str) -> str:
-    """The URL without its password, for messages."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = f"{parts.username}:***@{parts.hostname}" + (f":{parts.port}" if parts.port else "")
-    return parts._replace(netloc=netloc).geturl()
+    """``url`` for messages: no password, and nothing at all before an ``@`` it cannot tell apart.
+
+    It never fails: a URL that does not parse (a mistyped port, a ``/`` or ``#`` in the
+    password) is shown too, without whatever stands before its last ``@``. A query and a
+    fragment are dropped (they may carry a token).
+    """
+    scheme, credentials, address = _split(url)
+    address = address.split("?", 1)[0].split("#", 1)[0]
+    if credentials is None:
+        return scheme + address
+    user, colon, _ = credentials.partition(":")
+    plain_user = colon and user and not any(char in user for char in "/?#[]")
+    return f"{scheme}{user + ':' if plain_user else ''}***@{address}"
+
+
+def _secrets(url: str, token: str | None, headers: Mapping[str, str] | None) -> list[str]:
+    """What no message may show: the token, the password (as written and decoded), and more.
+
+    Also the basic-auth header made of the password, and the values of the caller's headers
+    that are long enough to be a credential (shorter ones, such as ``1``, would only mangle
+    the message).
+    """
+    found = [token or "", f"Bearer {token}" if token else ""]
+    credentials = _split(url)[1]
+    if credentials:
+        user, colon, password = credentials.partition(":")
+        secret = password if colon else user  # a user alone may be a token
+        pair = f"{unquote(user)}:{unquote(password)}"
+        found += [secret, unquote(secret), base64.b64encode(pair.encode()).decode("ascii")]
+    found += [value for value in (headers or {}).values() if len(value) >= _LONG_ENOUGH]
+    return sorted({secret for secret in found if secret}, key=len, reverse=True)
+
+
+def _split(url: str) -> tuple[str, str | None, str]:
+    """``(scheme://, credentials or None, the rest)``, split at the last ``@``; never fails."""
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        scheme, rest = "", url
+    credentials, at, address = rest.rpartition("@")
+    return scheme + sep, credentials if at else None, address
+
+
+def _redact(message: str, secrets: list[str]) -> str:
+    """``message`` with each secret as ``***``, where it stands as a word of its own.
+
+    A secret inside a longer word is left: a short token such as ``t`` would otherwise turn
+    every ``t`` of the message into ``***``; a leaked secret stands between quotes, spaces,
+    ``:`` or ``@``.
+    """
+    for secret in secrets:
+        start = r"(?<!\w)" if re.match(r"\w", secret[0]) else ""
+        end = r"(?!\w)" if re.match(r"\w", secret[-1]) else ""
+        message = re.sub(start + re.escape(secret) + end, "***", message)
+    return message
+
+
+def _is_control(char: str) -> bool:
+    return unicodedata.category(char) == "Cc"
+
+
+def _flaw(value: str) -> str:
+    """What keeps ``value`` from being a token: '' when nothing does."""
+    for char in value:
+        if char in "\r\n":
+            return "a line break"
+        if char.isspace():
+            return "a space"
+        if _is_control(char):
+            return "a control character"
+        if not char.isascii():
+            return "a non-ASCII character"
+    return ""
