@@ -108,7 +108,11 @@ class RankEmbeddings(Embeddings):
     @staticmethod
     def _vector(text: str) -> list[float]:
         found = re.search(r"\[r(\d+)\]", text)
-        angle = 0.01 * int(found.group(1)) if found else 1.5
+        if found:
+            angle = 0.01 * int(found.group(1))
+        else:  # far off, and apart from each other (identical vectors upset the HNSW graph)
+            number = re.search(r"(\d+)", text)
+            angle = 0.5 + 0.01 * int(number.group(1) if number else 0) + 0.3 * text.startswith("l")
         return [math.cos(angle), math.sin(angle)]
 
 
