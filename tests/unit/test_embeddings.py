@@ -84,10 +84,12 @@ def test_batched_vectors_equal_one_text_at_a_time_in_the_original_order(make: An
     np.testing.assert_allclose(got, reference(batch), atol=1e-5, rtol=0)
 
 
-def test_one_text_and_a_query_equal_the_reference() -> None:
+def test_one_batch_a_query_and_one_long_text_equal_the_reference() -> None:
     model = MiniLMEmbeddings()
     query = "How do I close a file after reading it?"
     np.testing.assert_allclose(model.embed_query(query), reference([query])[0], atol=1e-5, rtol=0)
+    few = ["a longer sentence about the bees that dance near the river", "bees", "the river"]
+    np.testing.assert_allclose(model.embed_documents(few), reference(few), atol=1e-5, rtol=0)
     long = " ".join(WORDS * 60)
     np.testing.assert_allclose(model.embed_documents([long]), reference([long]), atol=1e-5, rtol=0)
 
