@@ -11,11 +11,18 @@ from typing import Any, Literal
 from langchain_core.documents import Document
 
 from window_retriever._errors import ConfigurationError, OwnershipError
-from window_retriever._ids import CHUNK_ID, FILE_ID, FILE_VERSION
+from window_retriever._ids import CHUNK_ID, CHUNK_INDEX, FILE_ID, FILE_VERSION
 from window_retriever._loaders import LoadOptions, load_sources
 from window_retriever._splitter import WindowSplitter
 
 _FALLBACK_BATCH_SIZE = 5000
+MAX_IDS_PER_CALL = 32_762
+"""Chroma (SQLite) fails above this many ids in one call ("too many SQL variables"), and so
+does a ``get`` that would return more records: every read and delete is cut below it."""
+FILE_CHUNKS = "file_chunks"
+"""Metadata that :func:`sync_file` stamps on a file's first chunk, which it writes last: how
+many chunks the file has. It says the write of that version finished: with every chunk of
+the version stored, the file is unchanged without a metadata query."""
 
 OWNER_KEYS = (
     "tenant",
@@ -53,6 +60,12 @@ def add_chunks(
         ConfigurationError: A chunk has no ``chunk_id``, or two chunks share one. Nothing is
             written then.
     """
+    ids = _chunk_ids(chunks)
+    _write(vectorstore, chunks, ids, _batch_size(vectorstore, batch_size))
+    return ids
+
+
+def _chunk_ids(chunks: Sequence[Document]) -> list[str]:
     ids: list[str] = []
     seen: set[str] = set()
     for number, chunk in enumerate(chunks):
@@ -71,13 +84,20 @@ def add_chunks(
             raise ConfigurationError(msg)
         seen.add(chunk_id)
         ids.append(chunk_id)
-    size = _max_batch_size(vectorstore) if batch_size is None else batch_size
+    return ids
+
+
+def _batch_size(vectorstore: Any, batch_size: int | None) -> int:
+    size = _id_batch_size(vectorstore) if batch_size is None else batch_size
     if isinstance(size, bool) or not isinstance(size, int) or size < 1:
         msg = f"batch_size must be a whole number, at least 1, got {size!r}"
         raise ConfigurationError(msg)
+    return size
+
+
+def _write(vectorstore: Any, chunks: Sequence[Document], ids: Sequence[str], size: int) -> None:
     for begin in range(0, len(chunks), size):
         vectorstore.add_documents(list(chunks[begin : begin + size]), ids=ids[begin : begin + size])
-    return ids
 
 
 def _max_batch_size(vectorstore: Any) -> int:
@@ -86,6 +106,39 @@ def _max_batch_size(vectorstore: Any) -> int:
     if callable(getter):
         return int(getter())
     return _FALLBACK_BATCH_SIZE
+
+
+def _id_batch_size(vectorstore: Any) -> int:
+    """The most ids (or records read) one call may carry: Chroma's SQL variables run out above."""
+    return max(1, min(_max_batch_size(vectorstore), MAX_IDS_PER_CALL))
+
+
+def _get_by_ids(vectorstore: Any, ids: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """The stored metadata of those of ``ids`` that are stored, read in batches."""
+    found: dict[str, dict[str, Any]] = {}
+    size = _id_batch_size(vectorstore)
+    for begin in range(0, len(ids), size):
+        page = vectorstore.get(ids=list(ids[begin : begin + size]), include=["metadatas"])
+        for chunk_id, metadata in zip(page["ids"], page["metadatas"], strict=True):
+            found[chunk_id] = metadata or {}
+    return found
+
+
+def _get_where(vectorstore: Any, where: Mapping[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """The ids and metadata of every stored chunk that ``where`` matches, page by page."""
+    found: list[tuple[str, dict[str, Any]]] = []
+    size = _id_batch_size(vectorstore)
+    while True:
+        page = vectorstore.get(where=where, include=["metadatas"], limit=size, offset=len(found))
+        found += [(i, m or {}) for i, m in zip(page["ids"], page["metadatas"], strict=True)]
+        if len(page["ids"]) < size:
+            return found
+
+
+def _delete(vectorstore: Any, ids: Sequence[str]) -> None:
+    size = _id_batch_size(vectorstore)
+    for begin in range(0, len(ids), size):
+        vectorstore.delete(ids=list(ids[begin : begin + size]))
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,23 +165,31 @@ def sync_file(
     """Make the store hold exactly ``chunks`` for their file, embedding only what changed.
 
     ``chunks`` are all the chunks of one file, from ``WindowSplitter`` (one ``file_id``, one
-    ``file_version``). The store's chunks of that file are read first (ids and metadata, no
-    embeddings), and with ``replace_source_copies`` also those stored under the same
+    ``file_version``). First the chunks' own ids are read (metadata only, no embeddings): when
+    every one is stored with this version and the file's first chunk says its write finished,
+    the file is unchanged and that is all. Otherwise the store's chunks of that file are read
+    by ``file_id``, and with ``replace_source_copies`` also those stored under the same
     ``source`` with another file id. Then:
 
     - chunks already stored with this version are left alone (an unchanged file, or one whose
       earlier ingest was killed half-way, costs no embedding for them). The version hashes
       the text *and* the metadata, so a changed ``access`` level is a new version;
-    - the others are upserted under the same ids, so every position holds the old or the new
-      version at every moment and the file is never missing (windows join only chunks of the
-      hit's version, so a half-written file never yields a mixed window);
-    - last, chunks at positions the new version no longer has are deleted; with
+    - the others but the first chunk are upserted under the same ids, so every position holds
+      the old or the new version at every moment and the file is never missing (windows join
+      only chunks of the hit's version, so a half-written file never yields a mixed window);
+    - chunks at positions the new version no longer has are deleted; with
       ``replace_source_copies`` (what the ingest command passes, one file per source and
       owner) so are copies of the same ``source`` under another file id with the same owner,
       e.g. from an ingest that put other metadata into the file id. Leave it off when one
-      source holds several files (``file_id_keys=("source", "page")``).
+      source holds several files (``file_id_keys=("source", "page")``);
+    - last, the first chunk is written, stamped with the file's chunk count
+      (``metadata["file_chunks"]``): the mark that this version was written whole. A file
+      stored without it (by an earlier release, or by a write that was killed) is checked by
+      ``file_id`` and, when it is otherwise complete, only its first chunk is written again.
 
-    A run killed at any point and run again converges to the same store, without duplicates.
+    Every read and delete carries at most 32,762 ids and every write at most the client's
+    batch size, so a file of any length fits Chroma's limits. A run killed at any point and
+    run again converges to the same store, without duplicates.
 
     Raises:
         OwnershipError: The stored chunks of this file id have another value for one of
@@ -146,8 +207,21 @@ def sync_file(
         raise ConfigurationError(msg)
     (file_id,) = file_ids
     (version,) = versions
-    first = chunks[0].metadata
+    ids = _chunk_ids(chunks)
+    size = _batch_size(vectorstore, batch_size)
+    # The file's first chunk (chunk_index 0) is written last: the mark of a whole write.
+    head = next((n for n, c in enumerate(chunks) if c.metadata.get(CHUNK_INDEX) == 0), 0)
+    first = chunks[head].metadata
     owner = {key: first.get(key) for key in owner_keys}
+    mark = {FILE_ID: file_id, FILE_VERSION: version, **owner}
+    found = _get_by_ids(vectorstore, ids)
+    if (
+        len(found) == len(ids)
+        and all(_matches(metadata, mark) for metadata in found.values())
+        and found[ids[head]].get(FILE_CHUNKS) == len(chunks)
+    ):
+        return FileOutcome("unchanged", len(chunks), 0, 0)
+
     source = first.get("source")
     where: dict[str, Any] = {FILE_ID: file_id}
     if (
@@ -156,30 +230,46 @@ def sync_file(
         and not isinstance(source, bool)
     ):
         where = {"$or": [{FILE_ID: file_id}, {"source": source}]}
-    stored = vectorstore.get(where=where, include=["metadatas"])
-    stored_versions: dict[str, Any] = {}
+    stored: dict[str, dict[str, Any]] = {}
     copies: list[str] = []
-    for chunk_id, metadata in zip(stored["ids"], stored["metadatas"], strict=True):
-        metadata = metadata or {}
+    for chunk_id, metadata in _get_where(vectorstore, where):
         same_owner = all(metadata.get(key) == value for key, value in owner.items())
         if metadata.get(FILE_ID) == file_id:
             if not same_owner:
                 raise OwnershipError(_owner_message(str(file_id), source, metadata, owner))
-            stored_versions[chunk_id] = metadata.get(FILE_VERSION)
+            stored[chunk_id] = metadata
         elif same_owner:
             copies.append(chunk_id)  # the same source of the same owner under an old file id
-    wanted = {chunk.metadata[CHUNK_ID] for chunk in chunks}
-    todo = [chunk for chunk in chunks if stored_versions.get(chunk.metadata[CHUNK_ID]) != version]
-    stale = sorted(set(stored_versions) - wanted) + sorted(copies)
+    todo = [
+        number
+        for number, chunk_id in enumerate(ids)
+        if number != head and stored.get(chunk_id, {}).get(FILE_VERSION) != version
+    ]
+    stale = sorted(set(stored) - set(ids)) + sorted(copies)
+    stored_head = stored.get(ids[head], {})
+    whole = stored_head.get(FILE_VERSION) == version and stored_head.get(FILE_CHUNKS) == len(ids)
+    rewrite_head = not whole
     if todo:
-        add_chunks(vectorstore, todo, batch_size=batch_size)
+        _write(vectorstore, [chunks[n] for n in todo], [ids[n] for n in todo], size)
     if stale:
-        vectorstore.delete(ids=stale)
-    if not todo and not stale:
+        _delete(vectorstore, stale)
+    if rewrite_head:
+        marked = Document(
+            page_content=chunks[head].page_content,
+            metadata={**first, FILE_CHUNKS: len(chunks)},
+            id=chunks[head].id,
+        )
+        _write(vectorstore, [marked], [ids[head]], size)
+    written = len(todo) + int(rewrite_head)
+    if not written and not stale:
         status: Literal["added", "updated", "unchanged"] = "unchanged"
     else:
-        status = "updated" if stored_versions or copies else "added"
-    return FileOutcome(status, len(chunks), len(todo), len(stale))
+        status = "updated" if stored or copies else "added"
+    return FileOutcome(status, len(chunks), written, len(stale))
+
+
+def _matches(metadata: Mapping[str, Any], expected: Mapping[str, Any]) -> bool:
+    return all(metadata.get(key) == value for key, value in expected.items())
 
 
 def _owner_message(
@@ -266,6 +356,7 @@ def prune_missing(
     owner = dict(owner or {})
     unlisted = [os.path.abspath(folder).rstrip(os.sep) + os.sep for folder in skip]
     doomed: dict[str, list[str]] = {}
+    page_size = max(1, min(page_size, _id_batch_size(vectorstore)))
     offset = 0
     while True:
         page = vectorstore.get(include=["metadatas"], limit=page_size, offset=offset)
@@ -282,8 +373,5 @@ def prune_missing(
         if len(page["ids"]) < page_size:
             break
         offset += page_size
-    ids = [chunk_id for chunk_ids in doomed.values() for chunk_id in chunk_ids]
-    size = _max_batch_size(vectorstore)
-    for begin in range(0, len(ids), size):
-        vectorstore.delete(ids=ids[begin : begin + size])
+    _delete(vectorstore, [chunk_id for chunk_ids in doomed.values() for chunk_id in chunk_ids])
     return [Pruned(source, len(chunk_ids)) for source, chunk_ids in sorted(doomed.items())]
