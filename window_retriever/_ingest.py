@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import os
+import queue
+import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from langchain_core.documents import Document
 
@@ -15,6 +17,7 @@ from window_retriever._ids import CHUNK_ID, CHUNK_INDEX, FILE_ID, FILE_VERSION
 from window_retriever._loaders import LoadOptions, load_sources
 from window_retriever._splitter import WindowSplitter
 
+_T = TypeVar("_T")
 _FALLBACK_BATCH_SIZE = 5000
 MAX_IDS_PER_CALL = 32_762
 """Chroma (SQLite) fails above this many ids in one call ("too many SQL variables"), and so
@@ -304,24 +307,86 @@ def ingest_sources(
     options: LoadOptions,
     metadata: Mapping[str, Any] | None = None,
 ) -> Iterator[SourceOutcome]:
-    """Load, split and :func:`sync_file` each source (URL or file) in turn.
+    """Load, split and :func:`sync_file` each source (URL or file), in the order given.
 
-    A source that cannot be loaded, or whose chunks may not be written (another owner's
-    file), is yielded with its error and the others go on; ``metadata`` is stamped on every
-    chunk.
+    Sources are fetched, parsed and split on a background thread, up to a few ahead of the
+    one being embedded and written, so that waiting for a page and parsing it overlap with
+    embedding (with ``requests_per_second`` kept, as the thread loads one source at a time).
+    Only this thread writes, one whole source after another. A source that cannot be
+    loaded, or whose chunks may not be written (another owner's file), is yielded with its
+    error and the others go on; ``metadata`` is stamped on every chunk.
     """
-    for loaded in load_sources(sources, options):
-        if loaded.document is None:
-            yield SourceOutcome(loaded.name, error=loaded.error)
+    for name, chunks, error in _ahead(_split(sources, splitter, options, metadata), _AHEAD):
+        if chunks is None:
+            yield SourceOutcome(name, error=error)
             continue
-        loaded.document.metadata.update(metadata or {})
-        chunks = splitter.split_documents([loaded.document])
         try:
             outcome = sync_file(vectorstore, chunks, replace_source_copies=True)
-        except OwnershipError as error:
-            yield SourceOutcome(loaded.name, error=str(error))
+        except OwnershipError as failure:
+            yield SourceOutcome(name, error=str(failure))
             continue
-        yield SourceOutcome(loaded.name, outcome=outcome)
+        yield SourceOutcome(name, outcome=outcome)
+
+
+_AHEAD = 4
+"""Sources loaded and split ahead of the one being written."""
+
+
+def _split(
+    sources: Sequence[str],
+    splitter: WindowSplitter,
+    options: LoadOptions,
+    metadata: Mapping[str, Any] | None,
+) -> Iterator[tuple[str, list[Document] | None, str | None]]:
+    for loaded in load_sources(sources, options):
+        if loaded.document is None:
+            yield loaded.name, None, loaded.error
+            continue
+        loaded.document.metadata.update(metadata or {})
+        yield loaded.name, splitter.split_documents([loaded.document]), None
+
+
+def _ahead(items: Iterator[_T], size: int) -> Iterator[_T]:
+    """Yield ``items`` in order, produced on a background thread up to ``size`` ahead.
+
+    An exception of the producer is raised here, in its place. When the consumer stops
+    (done, failed or interrupted), the producer stops at its next item.
+    """
+    produced: queue.Queue[tuple[bool, Any]] = queue.Queue(maxsize=size)
+    stop = threading.Event()
+
+    def put(entry: tuple[bool, Any]) -> bool:
+        while not stop.is_set():
+            try:
+                produced.put(entry, timeout=0.1)
+            except queue.Full:
+                continue
+            return True
+        return False
+
+    def produce() -> None:
+        try:
+            for item in items:
+                if not put((True, item)):
+                    return
+        except BaseException as error:  # handed to the consumer, whatever it is
+            put((False, error))
+            return
+        put((False, None))
+
+    thread = threading.Thread(target=produce, name="window-retriever-load", daemon=True)
+    thread.start()
+    try:
+        while True:
+            ok, value = produced.get()
+            if ok:
+                yield value
+            elif value is None:
+                return
+            else:
+                raise value
+    finally:
+        stop.set()
 
 
 @dataclass(frozen=True, slots=True)
