@@ -69,6 +69,7 @@ class OldSettings:
         self.tokenizer.no_padding()
 
     def embed(self, texts: list[str]) -> np.ndarray[Any, Any]:
+        """Embed ``texts`` as 0.1 did: sorted by length, 32 a call, padded to the longest."""
         encodings = self.tokenizer.encode_batch(texts)
         order = sorted(range(len(texts)), key=lambda i: len(encodings[i].ids))
         out = np.empty((len(texts), 384), dtype=np.float32)
@@ -122,7 +123,9 @@ def ingest(sources: list[str], db: Path, selector: list[str], *extra: str) -> in
     command = [sys.executable, "-m", "window_retriever", "ingest", *sources, "--db", str(db)]
     if selector:
         command += ["--selector", *selector]
-    done = subprocess.run([*command, *extra], capture_output=True, text=True, check=False)
+    done = subprocess.run(  # noqa: S603 (this interpreter, our own arguments)
+        [*command, *extra], capture_output=True, text=True, check=False
+    )
     if done.returncode != 0:
         raise SystemExit(f"ingest failed ({done.returncode}): {done.stderr.strip()[-500:]}")
     found = WRITTEN.search(done.stdout.strip().splitlines()[-1])
@@ -135,7 +138,7 @@ def serve(folder: Path) -> tuple[subprocess.Popen[bytes], str]:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    server = subprocess.Popen(
+    server = subprocess.Popen(  # noqa: S603 (this interpreter, our own arguments)
         [sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1"],
         cwd=folder,
         stdout=subprocess.DEVNULL,

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 import os
 import queue
 import threading
+from collections import deque
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Any, Generic, Literal, TypeVar
 
 from langchain_core.documents import Document
 
@@ -64,7 +67,7 @@ def add_chunks(
             written then.
     """
     ids = _chunk_ids(chunks)
-    _write(vectorstore, chunks, ids, _batch_size(vectorstore, batch_size))
+    _store(vectorstore, chunks, _batch_size(vectorstore, batch_size))
     return ids
 
 
@@ -98,9 +101,25 @@ def _batch_size(vectorstore: Any, batch_size: int | None) -> int:
     return size
 
 
-def _write(vectorstore: Any, chunks: Sequence[Document], ids: Sequence[str], size: int) -> None:
+def _store(
+    vectorstore: Any,
+    chunks: Sequence[Document],
+    size: int,
+    vectors: Sequence[Sequence[float]] | None = None,
+) -> None:
+    """Upsert ``chunks`` under their ids, ``size`` a call; embedded by the store, or ``vectors``."""
     for begin in range(0, len(chunks), size):
-        vectorstore.add_documents(list(chunks[begin : begin + size]), ids=ids[begin : begin + size])
+        part = list(chunks[begin : begin + size])
+        ids = [chunk.metadata[CHUNK_ID] for chunk in part]
+        if vectors is None:
+            vectorstore.add_documents(part, ids=ids)
+        else:  # what langchain's Chroma.add_texts does once it has the vectors
+            vectorstore._collection.upsert(
+                ids=ids,
+                embeddings=[list(vector) for vector in vectors[begin : begin + size]],
+                metadatas=[chunk.metadata for chunk in part],
+                documents=[chunk.page_content for chunk in part],
+            )
 
 
 def _max_batch_size(vectorstore: Any) -> int:
@@ -201,6 +220,34 @@ def sync_file(
     """
     if not chunks:
         return FileOutcome("unchanged", 0, 0, 0)
+    size = _batch_size(vectorstore, batch_size)
+    return _apply(vectorstore, _plan(vectorstore, chunks, owner_keys, replace_source_copies), size)
+
+
+@dataclass(frozen=True, slots=True)
+class _Plan:
+    """What syncing one file writes, found by reading the store before anything is embedded."""
+
+    body: list[Document]
+    """Chunks to upsert first, in order."""
+    head: Document | None
+    """The first chunk, stamped with the file's chunk count, upserted last (or not at all)."""
+    stale: list[str]
+    """Ids to delete between the two: a shrunk file's tail, copies under older file ids."""
+    chunks: int
+    existed: bool
+
+    def documents(self) -> list[Document]:
+        """Every chunk to embed and write, in the order they are written."""
+        return [*self.body, *([self.head] if self.head is not None else [])]
+
+
+def _plan(
+    vectorstore: Any,
+    chunks: Sequence[Document],
+    owner_keys: Sequence[str],
+    replace_source_copies: bool,
+) -> _Plan:
     file_ids = {chunk.metadata.get(FILE_ID) for chunk in chunks}
     versions = {chunk.metadata.get(FILE_VERSION) for chunk in chunks}
     if len(file_ids) != 1 or len(versions) != 1:
@@ -211,7 +258,6 @@ def sync_file(
     (file_id,) = file_ids
     (version,) = versions
     ids = _chunk_ids(chunks)
-    size = _batch_size(vectorstore, batch_size)
     # The file's first chunk (chunk_index 0) is written last: the mark of a whole write.
     head = next((n for n, c in enumerate(chunks) if c.metadata.get(CHUNK_INDEX) == 0), 0)
     first = chunks[head].metadata
@@ -223,7 +269,7 @@ def sync_file(
         and all(_matches(metadata, mark) for metadata in found.values())
         and found[ids[head]].get(FILE_CHUNKS) == len(chunks)
     ):
-        return FileOutcome("unchanged", len(chunks), 0, 0)
+        return _Plan([], None, [], len(chunks), existed=True)
 
     source = first.get("source")
     where: dict[str, Any] = {FILE_ID: file_id}
@@ -251,24 +297,40 @@ def sync_file(
     stale = sorted(set(stored) - set(ids)) + sorted(copies)
     stored_head = stored.get(ids[head], {})
     whole = stored_head.get(FILE_VERSION) == version and stored_head.get(FILE_CHUNKS) == len(ids)
-    rewrite_head = not whole
-    if todo:
-        _write(vectorstore, [chunks[n] for n in todo], [ids[n] for n in todo], size)
-    if stale:
-        _delete(vectorstore, stale)
-    if rewrite_head:
-        marked = Document(
-            page_content=chunks[head].page_content,
-            metadata={**first, FILE_CHUNKS: len(chunks)},
-            id=chunks[head].id,
-        )
-        _write(vectorstore, [marked], [ids[head]], size)
-    written = len(todo) + int(rewrite_head)
-    if not written and not stale:
+    marked = Document(
+        page_content=chunks[head].page_content,
+        metadata={**first, FILE_CHUNKS: len(chunks)},
+        id=ids[head],
+    )
+    return _Plan(
+        body=[chunks[n] for n in todo],
+        head=None if whole else marked,
+        stale=stale,
+        chunks=len(chunks),
+        existed=bool(stored or copies),
+    )
+
+
+def _apply(
+    vectorstore: Any,
+    plan: _Plan,
+    size: int,
+    vectors: Sequence[Sequence[float]] | None = None,
+) -> FileOutcome:
+    """Write a plan: its body, then its deletes, then its first chunk (``vectors``: theirs)."""
+    done = len(plan.body)
+    if plan.body:
+        _store(vectorstore, plan.body, size, None if vectors is None else vectors[:done])
+    if plan.stale:
+        _delete(vectorstore, plan.stale)
+    if plan.head is not None:
+        _store(vectorstore, [plan.head], size, None if vectors is None else vectors[done:])
+    written = len(plan.documents())
+    if not written and not plan.stale:
         status: Literal["added", "updated", "unchanged"] = "unchanged"
     else:
-        status = "updated" if stored or copies else "added"
-    return FileOutcome(status, len(chunks), written, len(stale))
+        status = "updated" if plan.existed else "added"
+    return FileOutcome(status, plan.chunks, written, len(plan.stale))
 
 
 def _matches(metadata: Mapping[str, Any], expected: Mapping[str, Any]) -> bool:
@@ -307,29 +369,41 @@ def ingest_sources(
     options: LoadOptions,
     metadata: Mapping[str, Any] | None = None,
 ) -> Iterator[SourceOutcome]:
-    """Load, split and :func:`sync_file` each source (URL or file), in the order given.
+    """Load, split and :func:`sync_file` each source (URL or file); outcomes in source order.
 
-    Sources are fetched, parsed and split on a background thread, up to a few ahead of the
-    one being embedded and written, so that waiting for a page and parsing it overlap with
-    embedding (with ``requests_per_second`` kept, as the thread loads one source at a time).
-    Only this thread writes, one whole source after another. A source that cannot be
-    loaded, or whose chunks may not be written (another owner's file), is yielded with its
-    error and the others go on; ``metadata`` is stamped on every chunk.
+    Three stages overlap. A background thread fetches, parses and splits sources, one at a
+    time (so ``requests_per_second`` holds), up to a few ahead. This thread reads the store
+    for each source (what to write) and embeds what changed, the chunks of the sources that
+    are ready together (full batches across small pages). A writer thread writes each source
+    whole, in order, while the next ones embed. Two sources of the same file or ``source``
+    are never in flight together. A store other than LangChain's Chroma is synced source by
+    source with :func:`sync_file` (loading still runs ahead).
+
+    A source that cannot be loaded, or whose chunks may not be written (another owner's
+    file), is yielded with its error and the others go on; any other error is raised in its
+    place, after the sources before it. When the caller stops or is interrupted, the source
+    being written is finished and no other starts. ``metadata`` is stamped on every chunk.
     """
-    for name, chunks, error in _ahead(_split(sources, splitter, options, metadata), _AHEAD):
-        if chunks is None:
-            yield SourceOutcome(name, error=error)
-            continue
-        try:
-            outcome = sync_file(vectorstore, chunks, replace_source_copies=True)
-        except OwnershipError as failure:
-            yield SourceOutcome(name, error=str(failure))
-            continue
-        yield SourceOutcome(name, outcome=outcome)
+    ahead = _Ahead(_split(sources, splitter, options, metadata), _AHEAD)
+    try:
+        embeddings = _writes_vectors(vectorstore)
+        if embeddings is None:
+            for name, chunks, error in ahead:
+                yield _sync_source(vectorstore, name, chunks, error)
+        else:
+            yield from _pipelined(vectorstore, embeddings, ahead)
+    finally:
+        ahead.close()
 
 
 _AHEAD = 4
-"""Sources loaded and split ahead of the one being written."""
+"""Sources loaded and split ahead of the one being planned."""
+_GROUP = 128
+"""Chunks embedded in one call when several sources are ready (small pages fill batches)."""
+_WRITES_AHEAD = 64
+"""Sources embedded and waiting for the writer (it writes faster than the model embeds)."""
+
+_Split = tuple[str, list[Document] | None, str | None]
 
 
 def _split(
@@ -337,7 +411,7 @@ def _split(
     splitter: WindowSplitter,
     options: LoadOptions,
     metadata: Mapping[str, Any] | None,
-) -> Iterator[tuple[str, list[Document] | None, str | None]]:
+) -> Iterator[_Split]:
     for loaded in load_sources(sources, options):
         if loaded.document is None:
             yield loaded.name, None, loaded.error
@@ -346,47 +420,198 @@ def _split(
         yield loaded.name, splitter.split_documents([loaded.document]), None
 
 
-def _ahead(items: Iterator[_T], size: int) -> Iterator[_T]:
-    """Yield ``items`` in order, produced on a background thread up to ``size`` ahead.
-
-    An exception of the producer is raised here, in its place. When the consumer stops
-    (done, failed or interrupted), the producer stops at its next item.
-    """
-    produced: queue.Queue[tuple[bool, Any]] = queue.Queue(maxsize=size)
-    stop = threading.Event()
-
-    def put(entry: tuple[bool, Any]) -> bool:
-        while not stop.is_set():
-            try:
-                produced.put(entry, timeout=0.1)
-            except queue.Full:
-                continue
-            return True
-        return False
-
-    def produce() -> None:
-        try:
-            for item in items:
-                if not put((True, item)):
-                    return
-        except BaseException as error:  # handed to the consumer, whatever it is
-            put((False, error))
-            return
-        put((False, None))
-
-    thread = threading.Thread(target=produce, name="window-retriever-load", daemon=True)
-    thread.start()
+def _sync_source(
+    vectorstore: Any, name: str, chunks: list[Document] | None, error: str | None
+) -> SourceOutcome:
+    if chunks is None:
+        return SourceOutcome(name, error=error)
     try:
+        outcome = sync_file(vectorstore, chunks, replace_source_copies=True)
+    except OwnershipError as failure:
+        return SourceOutcome(name, error=str(failure))
+    return SourceOutcome(name, outcome=outcome)
+
+
+def _writes_vectors(vectorstore: Any) -> Any:
+    """The store's embeddings when it can take vectors directly (LangChain's Chroma), or None."""
+    embeddings = getattr(vectorstore, "embeddings", None)
+    collection = getattr(vectorstore, "_collection", None)
+    if embeddings is None or not callable(getattr(collection, "upsert", None)):
+        return None
+    return embeddings
+
+
+def _pipelined(vectorstore: Any, embeddings: Any, ahead: _Ahead[_Split]) -> Iterator[SourceOutcome]:
+    """Plan and embed here, write on the writer thread; yield outcomes in source order."""
+    size = _batch_size(vectorstore, None)
+    writer = _Writer(vectorstore, size)
+    outcomes: deque[Future[SourceOutcome]] = deque()
+    group: list[tuple[Future[SourceOutcome], str, _Plan]] = []
+    in_flight: list[tuple[frozenset[Any], Future[SourceOutcome]]] = []
+
+    def embed_group() -> None:
+        texts = [c.page_content for _, _, plan in group for c in plan.documents()]
+        try:
+            vectors = embeddings.embed_documents(texts) if texts else []
+        except Exception as error:  # raised in the place of the group's first source
+            for future, _, _ in group:
+                future.set_exception(error)
+        else:
+            begin = 0
+            for future, name, plan in group:
+                end = begin + len(plan.documents())
+                writer.put(future, name, plan, vectors[begin:end])
+                begin = end
+        group.clear()
+
+    try:
+        for name, chunks, error in _failing_in_place(ahead, outcomes):
+            future: Future[SourceOutcome] = Future()
+            outcomes.append(future)
+            if chunks is None:
+                future.set_result(SourceOutcome(name, error=error))
+            elif not chunks:
+                future.set_result(SourceOutcome(name, outcome=FileOutcome("unchanged", 0, 0, 0)))
+            else:
+                keys = _keys(chunks)
+                waits = [job for held, job in in_flight if held & keys]
+                if waits:  # the same file or source is still being written: let it finish
+                    embed_group()
+                    concurrent.futures.wait(waits)
+                try:
+                    plan = _plan(vectorstore, chunks, OWNER_KEYS, replace_source_copies=True)
+                except OwnershipError as failure:
+                    future.set_result(SourceOutcome(name, error=str(failure)))
+                except Exception as failure:  # raised in its place, after the sources before
+                    future.set_exception(failure)
+                    break
+                else:
+                    if plan.documents() or plan.stale:
+                        group.append((future, name, plan))
+                        in_flight.append((keys, future))
+                    else:
+                        future.set_result(
+                            SourceOutcome(name, outcome=_apply(vectorstore, plan, size))
+                        )
+            if group and (
+                sum(len(plan.documents()) for _, _, plan in group) >= _GROUP or not ahead.ready()
+            ):
+                embed_group()
+            in_flight = [(held, job) for held, job in in_flight if not job.done()]
+            while outcomes and outcomes[0].done():
+                yield outcomes.popleft().result()
+        embed_group()
+        while outcomes:
+            yield outcomes.popleft().result()
+    finally:
+        writer.close()
+
+
+def _failing_in_place(
+    ahead: _Ahead[_Split], outcomes: deque[Future[SourceOutcome]]
+) -> Iterator[_Split]:
+    """The loaded sources; a loader error becomes a failed outcome in its place, then stops."""
+    try:
+        yield from ahead
+    except Exception as error:
+        failed: Future[SourceOutcome] = Future()
+        failed.set_exception(error)
+        outcomes.append(failed)
+
+
+def _keys(chunks: Sequence[Document]) -> frozenset[Any]:
+    first = chunks[0].metadata
+    return frozenset({(FILE_ID, repr(first.get(FILE_ID))), ("source", repr(first.get("source")))})
+
+
+class _Writer:
+    """One thread that writes planned sources in order, each whole, with their vectors."""
+
+    def __init__(self, vectorstore: Any, size: int) -> None:
+        self._vectorstore = vectorstore
+        self._size = size
+        self._queue: queue.Queue[tuple[Future[SourceOutcome], str, _Plan, Any] | None] = (
+            queue.Queue(maxsize=_WRITES_AHEAD)
+        )
+        self._stopping = threading.Event()
+        self._thread = threading.Thread(
+            target=self._run, name="window-retriever-write", daemon=True
+        )
+        self._thread.start()
+
+    def put(self, future: Future[SourceOutcome], name: str, plan: _Plan, vectors: Any) -> None:
+        self._queue.put((future, name, plan, vectors))
+
+    def _run(self) -> None:
+        while (item := self._queue.get()) is not None:
+            future, name, plan, vectors = item
+            if self._stopping.is_set() or not future.set_running_or_notify_cancel():
+                future.cancel()
+                continue
+            try:
+                outcome = _apply(self._vectorstore, plan, self._size, vectors)
+            except BaseException as error:  # handed to the caller, in this source's place
+                future.set_exception(error)
+            else:
+                future.set_result(SourceOutcome(name, outcome=outcome))
+
+    def close(self) -> None:
+        """Finish the source being written, drop the others (when stopped early), and end."""
+        self._stopping.set()
+        self._queue.put(None)
+        self._thread.join()
+
+
+class _Ahead(Generic[_T]):
+    """Items produced on a background thread, in order, up to ``size`` ahead of the consumer.
+
+    An exception of the producer is raised in its place. :meth:`close` stops the producer at
+    its next item.
+    """
+
+    def __init__(self, items: Iterator[_T], size: int) -> None:
+        self._queue: queue.Queue[tuple[bool, Any]] = queue.Queue(maxsize=size)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(
+            target=self._produce, args=(items,), name="window-retriever-load", daemon=True
+        )
+        self._thread.start()
+
+    def __iter__(self) -> Iterator[_T]:
         while True:
-            ok, value = produced.get()
+            ok, value = self._queue.get()
             if ok:
                 yield value
             elif value is None:
                 return
             else:
                 raise value
-    finally:
-        stop.set()
+
+    def ready(self) -> bool:
+        """True when the next item (or the end) is waiting."""
+        return not self._queue.empty()
+
+    def close(self) -> None:
+        self._stop.set()
+
+    def _produce(self, items: Iterator[_T]) -> None:
+        try:
+            for item in items:
+                if not self._put((True, item)):
+                    return
+        except BaseException as error:  # handed to the consumer, whatever it is
+            self._put((False, error))
+            return
+        self._put((False, None))
+
+    def _put(self, entry: tuple[bool, Any]) -> bool:
+        while not self._stop.is_set():
+            try:
+                self._queue.put(entry, timeout=0.1)
+            except queue.Full:
+                continue
+            return True
+        return False
 
 
 @dataclass(frozen=True, slots=True)
