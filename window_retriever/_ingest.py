@@ -2,20 +2,33 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 import os
+import queue
+import threading
+from collections import deque
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Generic, Literal, TypeVar
 
 from langchain_core.documents import Document
 
 from window_retriever._errors import ConfigurationError, OwnershipError
-from window_retriever._ids import CHUNK_ID, FILE_ID, FILE_VERSION
+from window_retriever._ids import CHUNK_ID, CHUNK_INDEX, FILE_ID, FILE_VERSION
 from window_retriever._loaders import LoadOptions, load_sources
 from window_retriever._splitter import WindowSplitter
 
+_T = TypeVar("_T")
 _FALLBACK_BATCH_SIZE = 5000
+MAX_IDS_PER_CALL = 32_762
+"""Chroma (SQLite) fails above this many ids in one call ("too many SQL variables"), and so
+does a ``get`` that would return more records: every read and delete is cut below it."""
+FILE_CHUNKS = "file_chunks"
+"""Metadata that :func:`sync_file` stamps on a file's first chunk, which it writes last: how
+many chunks the file has. It says the write of that version finished: with every chunk of
+the version stored, the file is unchanged without a metadata query."""
 
 OWNER_KEYS = (
     "tenant",
@@ -53,6 +66,12 @@ def add_chunks(
         ConfigurationError: A chunk has no ``chunk_id``, or two chunks share one. Nothing is
             written then.
     """
+    ids = _chunk_ids(chunks)
+    _store(vectorstore, chunks, _batch_size(vectorstore, batch_size))
+    return ids
+
+
+def _chunk_ids(chunks: Sequence[Document]) -> list[str]:
     ids: list[str] = []
     seen: set[str] = set()
     for number, chunk in enumerate(chunks):
@@ -71,13 +90,36 @@ def add_chunks(
             raise ConfigurationError(msg)
         seen.add(chunk_id)
         ids.append(chunk_id)
-    size = _max_batch_size(vectorstore) if batch_size is None else batch_size
+    return ids
+
+
+def _batch_size(vectorstore: Any, batch_size: int | None) -> int:
+    size = _id_batch_size(vectorstore) if batch_size is None else batch_size
     if isinstance(size, bool) or not isinstance(size, int) or size < 1:
         msg = f"batch_size must be a whole number, at least 1, got {size!r}"
         raise ConfigurationError(msg)
+    return size
+
+
+def _store(
+    vectorstore: Any,
+    chunks: Sequence[Document],
+    size: int,
+    vectors: Sequence[Sequence[float]] | None = None,
+) -> None:
+    """Upsert ``chunks`` under their ids, ``size`` a call; embedded by the store, or ``vectors``."""
     for begin in range(0, len(chunks), size):
-        vectorstore.add_documents(list(chunks[begin : begin + size]), ids=ids[begin : begin + size])
-    return ids
+        part = list(chunks[begin : begin + size])
+        ids = [chunk.metadata[CHUNK_ID] for chunk in part]
+        if vectors is None:
+            vectorstore.add_documents(part, ids=ids)
+        else:  # what langchain's Chroma.add_texts does once it has the vectors
+            vectorstore._collection.upsert(
+                ids=ids,
+                embeddings=[list(vector) for vector in vectors[begin : begin + size]],
+                metadatas=[chunk.metadata for chunk in part],
+                documents=[chunk.page_content for chunk in part],
+            )
 
 
 def _max_batch_size(vectorstore: Any) -> int:
@@ -86,6 +128,39 @@ def _max_batch_size(vectorstore: Any) -> int:
     if callable(getter):
         return int(getter())
     return _FALLBACK_BATCH_SIZE
+
+
+def _id_batch_size(vectorstore: Any) -> int:
+    """The most ids (or records read) one call may carry: Chroma's SQL variables run out above."""
+    return max(1, min(_max_batch_size(vectorstore), MAX_IDS_PER_CALL))
+
+
+def _get_by_ids(vectorstore: Any, ids: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """The stored metadata of those of ``ids`` that are stored, read in batches."""
+    found: dict[str, dict[str, Any]] = {}
+    size = _id_batch_size(vectorstore)
+    for begin in range(0, len(ids), size):
+        page = vectorstore.get(ids=list(ids[begin : begin + size]), include=["metadatas"])
+        for chunk_id, metadata in zip(page["ids"], page["metadatas"], strict=True):
+            found[chunk_id] = metadata or {}
+    return found
+
+
+def _get_where(vectorstore: Any, where: Mapping[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """The ids and metadata of every stored chunk that ``where`` matches, page by page."""
+    found: list[tuple[str, dict[str, Any]]] = []
+    size = _id_batch_size(vectorstore)
+    while True:
+        page = vectorstore.get(where=where, include=["metadatas"], limit=size, offset=len(found))
+        found += [(i, m or {}) for i, m in zip(page["ids"], page["metadatas"], strict=True)]
+        if len(page["ids"]) < size:
+            return found
+
+
+def _delete(vectorstore: Any, ids: Sequence[str]) -> None:
+    size = _id_batch_size(vectorstore)
+    for begin in range(0, len(ids), size):
+        vectorstore.delete(ids=list(ids[begin : begin + size]))
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,23 +187,31 @@ def sync_file(
     """Make the store hold exactly ``chunks`` for their file, embedding only what changed.
 
     ``chunks`` are all the chunks of one file, from ``WindowSplitter`` (one ``file_id``, one
-    ``file_version``). The store's chunks of that file are read first (ids and metadata, no
-    embeddings), and with ``replace_source_copies`` also those stored under the same
+    ``file_version``). First the chunks' own ids are read (metadata only, no embeddings): when
+    every one is stored with this version and the file's first chunk says its write finished,
+    the file is unchanged and that is all. Otherwise the store's chunks of that file are read
+    by ``file_id``, and with ``replace_source_copies`` also those stored under the same
     ``source`` with another file id. Then:
 
     - chunks already stored with this version are left alone (an unchanged file, or one whose
       earlier ingest was killed half-way, costs no embedding for them). The version hashes
       the text *and* the metadata, so a changed ``access`` level is a new version;
-    - the others are upserted under the same ids, so every position holds the old or the new
-      version at every moment and the file is never missing (windows join only chunks of the
-      hit's version, so a half-written file never yields a mixed window);
-    - last, chunks at positions the new version no longer has are deleted; with
+    - the others but the first chunk are upserted under the same ids, so every position holds
+      the old or the new version at every moment and the file is never missing (windows join
+      only chunks of the hit's version, so a half-written file never yields a mixed window);
+    - chunks at positions the new version no longer has are deleted; with
       ``replace_source_copies`` (what the ingest command passes, one file per source and
       owner) so are copies of the same ``source`` under another file id with the same owner,
       e.g. from an ingest that put other metadata into the file id. Leave it off when one
-      source holds several files (``file_id_keys=("source", "page")``).
+      source holds several files (``file_id_keys=("source", "page")``);
+    - last, the first chunk is written, stamped with the file's chunk count
+      (``metadata["file_chunks"]``): the mark that this version was written whole. A file
+      stored without it (by an earlier release, or by a write that was killed) is checked by
+      ``file_id`` and, when it is otherwise complete, only its first chunk is written again.
 
-    A run killed at any point and run again converges to the same store, without duplicates.
+    Every read and delete carries at most 32,762 ids and every write at most the client's
+    batch size, so a file of any length fits Chroma's limits. A run killed at any point and
+    run again converges to the same store, without duplicates.
 
     Raises:
         OwnershipError: The stored chunks of this file id have another value for one of
@@ -137,6 +220,34 @@ def sync_file(
     """
     if not chunks:
         return FileOutcome("unchanged", 0, 0, 0)
+    size = _batch_size(vectorstore, batch_size)
+    return _apply(vectorstore, _plan(vectorstore, chunks, owner_keys, replace_source_copies), size)
+
+
+@dataclass(frozen=True, slots=True)
+class _Plan:
+    """What syncing one file writes, found by reading the store before anything is embedded."""
+
+    body: list[Document]
+    """Chunks to upsert first, in order."""
+    head: Document | None
+    """The first chunk, stamped with the file's chunk count, upserted last (or not at all)."""
+    stale: list[str]
+    """Ids to delete between the two: a shrunk file's tail, copies under older file ids."""
+    chunks: int
+    existed: bool
+
+    def documents(self) -> list[Document]:
+        """Every chunk to embed and write, in the order they are written."""
+        return [*self.body, *([self.head] if self.head is not None else [])]
+
+
+def _plan(
+    vectorstore: Any,
+    chunks: Sequence[Document],
+    owner_keys: Sequence[str],
+    replace_source_copies: bool,
+) -> _Plan:
     file_ids = {chunk.metadata.get(FILE_ID) for chunk in chunks}
     versions = {chunk.metadata.get(FILE_VERSION) for chunk in chunks}
     if len(file_ids) != 1 or len(versions) != 1:
@@ -146,8 +257,20 @@ def sync_file(
         raise ConfigurationError(msg)
     (file_id,) = file_ids
     (version,) = versions
-    first = chunks[0].metadata
+    ids = _chunk_ids(chunks)
+    # The file's first chunk (chunk_index 0) is written last: the mark of a whole write.
+    head = next((n for n, c in enumerate(chunks) if c.metadata.get(CHUNK_INDEX) == 0), 0)
+    first = chunks[head].metadata
     owner = {key: first.get(key) for key in owner_keys}
+    mark = {FILE_ID: file_id, FILE_VERSION: version, **owner}
+    found = _get_by_ids(vectorstore, ids)
+    if (
+        len(found) == len(ids)
+        and all(_matches(metadata, mark) for metadata in found.values())
+        and found[ids[head]].get(FILE_CHUNKS) == len(chunks)
+    ):
+        return _Plan([], None, [], len(chunks), existed=True)
+
     source = first.get("source")
     where: dict[str, Any] = {FILE_ID: file_id}
     if (
@@ -156,30 +279,62 @@ def sync_file(
         and not isinstance(source, bool)
     ):
         where = {"$or": [{FILE_ID: file_id}, {"source": source}]}
-    stored = vectorstore.get(where=where, include=["metadatas"])
-    stored_versions: dict[str, Any] = {}
+    stored: dict[str, dict[str, Any]] = {}
     copies: list[str] = []
-    for chunk_id, metadata in zip(stored["ids"], stored["metadatas"], strict=True):
-        metadata = metadata or {}
+    for chunk_id, metadata in _get_where(vectorstore, where):
         same_owner = all(metadata.get(key) == value for key, value in owner.items())
         if metadata.get(FILE_ID) == file_id:
             if not same_owner:
                 raise OwnershipError(_owner_message(str(file_id), source, metadata, owner))
-            stored_versions[chunk_id] = metadata.get(FILE_VERSION)
+            stored[chunk_id] = metadata
         elif same_owner:
             copies.append(chunk_id)  # the same source of the same owner under an old file id
-    wanted = {chunk.metadata[CHUNK_ID] for chunk in chunks}
-    todo = [chunk for chunk in chunks if stored_versions.get(chunk.metadata[CHUNK_ID]) != version]
-    stale = sorted(set(stored_versions) - wanted) + sorted(copies)
-    if todo:
-        add_chunks(vectorstore, todo, batch_size=batch_size)
-    if stale:
-        vectorstore.delete(ids=stale)
-    if not todo and not stale:
+    todo = [
+        number
+        for number, chunk_id in enumerate(ids)
+        if number != head and stored.get(chunk_id, {}).get(FILE_VERSION) != version
+    ]
+    stale = sorted(set(stored) - set(ids)) + sorted(copies)
+    stored_head = stored.get(ids[head], {})
+    whole = stored_head.get(FILE_VERSION) == version and stored_head.get(FILE_CHUNKS) == len(ids)
+    marked = Document(
+        page_content=chunks[head].page_content,
+        metadata={**first, FILE_CHUNKS: len(chunks)},
+        id=ids[head],
+    )
+    return _Plan(
+        body=[chunks[n] for n in todo],
+        head=None if whole else marked,
+        stale=stale,
+        chunks=len(chunks),
+        existed=bool(stored or copies),
+    )
+
+
+def _apply(
+    vectorstore: Any,
+    plan: _Plan,
+    size: int,
+    vectors: Sequence[Sequence[float]] | None = None,
+) -> FileOutcome:
+    """Write a plan: its body, then its deletes, then its first chunk (``vectors``: theirs)."""
+    done = len(plan.body)
+    if plan.body:
+        _store(vectorstore, plan.body, size, None if vectors is None else vectors[:done])
+    if plan.stale:
+        _delete(vectorstore, plan.stale)
+    if plan.head is not None:
+        _store(vectorstore, [plan.head], size, None if vectors is None else vectors[done:])
+    written = len(plan.documents())
+    if not written and not plan.stale:
         status: Literal["added", "updated", "unchanged"] = "unchanged"
     else:
-        status = "updated" if stored_versions or copies else "added"
-    return FileOutcome(status, len(chunks), len(todo), len(stale))
+        status = "updated" if plan.existed else "added"
+    return FileOutcome(status, plan.chunks, written, len(plan.stale))
+
+
+def _matches(metadata: Mapping[str, Any], expected: Mapping[str, Any]) -> bool:
+    return all(metadata.get(key) == value for key, value in expected.items())
 
 
 def _owner_message(
@@ -214,24 +369,249 @@ def ingest_sources(
     options: LoadOptions,
     metadata: Mapping[str, Any] | None = None,
 ) -> Iterator[SourceOutcome]:
-    """Load, split and :func:`sync_file` each source (URL or file) in turn.
+    """Load, split and :func:`sync_file` each source (URL or file); outcomes in source order.
+
+    Three stages overlap. A background thread fetches, parses and splits sources, one at a
+    time (so ``requests_per_second`` holds), up to a few ahead. This thread reads the store
+    for each source (what to write) and embeds what changed, the chunks of the sources that
+    are ready together (full batches across small pages). A writer thread writes each source
+    whole, in order, while the next ones embed. Two sources of the same file or ``source``
+    are never in flight together. A store other than LangChain's Chroma is synced source by
+    source with :func:`sync_file` (loading still runs ahead).
 
     A source that cannot be loaded, or whose chunks may not be written (another owner's
-    file), is yielded with its error and the others go on; ``metadata`` is stamped on every
-    chunk.
+    file), is yielded with its error and the others go on; any other error is raised in its
+    place, after the sources before it. When the caller stops or is interrupted, the source
+    being written is finished and no other starts. ``metadata`` is stamped on every chunk.
     """
+    ahead = _Ahead(_split(sources, splitter, options, metadata), _AHEAD)
+    try:
+        embeddings = _writes_vectors(vectorstore)
+        if embeddings is None:
+            for name, chunks, error in ahead:
+                yield _sync_source(vectorstore, name, chunks, error)
+        else:
+            yield from _pipelined(vectorstore, embeddings, ahead)
+    finally:
+        ahead.close()
+
+
+_AHEAD = 4
+"""Sources loaded and split ahead of the one being planned."""
+_GROUP = 128
+"""Chunks embedded in one call when several sources are ready (small pages fill batches)."""
+_WRITES_AHEAD = 64
+"""Sources embedded and waiting for the writer (it writes faster than the model embeds)."""
+
+_Split = tuple[str, list[Document] | None, str | None]
+
+
+def _split(
+    sources: Sequence[str],
+    splitter: WindowSplitter,
+    options: LoadOptions,
+    metadata: Mapping[str, Any] | None,
+) -> Iterator[_Split]:
     for loaded in load_sources(sources, options):
         if loaded.document is None:
-            yield SourceOutcome(loaded.name, error=loaded.error)
+            yield loaded.name, None, loaded.error
             continue
         loaded.document.metadata.update(metadata or {})
-        chunks = splitter.split_documents([loaded.document])
+        yield loaded.name, splitter.split_documents([loaded.document]), None
+
+
+def _sync_source(
+    vectorstore: Any, name: str, chunks: list[Document] | None, error: str | None
+) -> SourceOutcome:
+    if chunks is None:
+        return SourceOutcome(name, error=error)
+    try:
+        outcome = sync_file(vectorstore, chunks, replace_source_copies=True)
+    except OwnershipError as failure:
+        return SourceOutcome(name, error=str(failure))
+    return SourceOutcome(name, outcome=outcome)
+
+
+def _writes_vectors(vectorstore: Any) -> Any:
+    """The store's embeddings when it can take vectors directly (LangChain's Chroma), or None."""
+    embeddings = getattr(vectorstore, "embeddings", None)
+    collection = getattr(vectorstore, "_collection", None)
+    if embeddings is None or not callable(getattr(collection, "upsert", None)):
+        return None
+    return embeddings
+
+
+def _pipelined(vectorstore: Any, embeddings: Any, ahead: _Ahead[_Split]) -> Iterator[SourceOutcome]:
+    """Plan and embed here, write on the writer thread; yield outcomes in source order."""
+    size = _batch_size(vectorstore, None)
+    writer = _Writer(vectorstore, size)
+    outcomes: deque[Future[SourceOutcome]] = deque()
+    group: list[tuple[Future[SourceOutcome], str, _Plan]] = []
+    in_flight: list[tuple[frozenset[Any], Future[SourceOutcome]]] = []
+
+    def embed_group() -> None:
+        texts = [c.page_content for _, _, plan in group for c in plan.documents()]
         try:
-            outcome = sync_file(vectorstore, chunks, replace_source_copies=True)
-        except OwnershipError as error:
-            yield SourceOutcome(loaded.name, error=str(error))
-            continue
-        yield SourceOutcome(loaded.name, outcome=outcome)
+            vectors = embeddings.embed_documents(texts) if texts else []
+        except Exception as error:  # raised in the place of the group's first source
+            for future, _, _ in group:
+                future.set_exception(error)
+        else:
+            begin = 0
+            for future, name, plan in group:
+                end = begin + len(plan.documents())
+                writer.put(future, name, plan, vectors[begin:end])
+                begin = end
+        group.clear()
+
+    try:
+        for name, chunks, error in _failing_in_place(ahead, outcomes):
+            future: Future[SourceOutcome] = Future()
+            outcomes.append(future)
+            if chunks is None:
+                future.set_result(SourceOutcome(name, error=error))
+            elif not chunks:
+                future.set_result(SourceOutcome(name, outcome=FileOutcome("unchanged", 0, 0, 0)))
+            else:
+                keys = _keys(chunks)
+                waits = [job for held, job in in_flight if held & keys]
+                if waits:  # the same file or source is still being written: let it finish
+                    embed_group()
+                    concurrent.futures.wait(waits)
+                try:
+                    plan = _plan(vectorstore, chunks, OWNER_KEYS, replace_source_copies=True)
+                except OwnershipError as failure:
+                    future.set_result(SourceOutcome(name, error=str(failure)))
+                except Exception as failure:  # raised in its place, after the sources before
+                    future.set_exception(failure)
+                    break
+                else:
+                    if plan.documents() or plan.stale:
+                        group.append((future, name, plan))
+                        in_flight.append((keys, future))
+                    else:
+                        future.set_result(
+                            SourceOutcome(name, outcome=_apply(vectorstore, plan, size))
+                        )
+            if group and (
+                sum(len(plan.documents()) for _, _, plan in group) >= _GROUP or not ahead.ready()
+            ):
+                embed_group()
+            in_flight = [(held, job) for held, job in in_flight if not job.done()]
+            while outcomes and outcomes[0].done():
+                yield outcomes.popleft().result()
+        embed_group()
+        while outcomes:
+            yield outcomes.popleft().result()
+    finally:
+        writer.close()
+
+
+def _failing_in_place(
+    ahead: _Ahead[_Split], outcomes: deque[Future[SourceOutcome]]
+) -> Iterator[_Split]:
+    """The loaded sources; a loader error becomes a failed outcome in its place, then stops."""
+    try:
+        yield from ahead
+    except Exception as error:
+        failed: Future[SourceOutcome] = Future()
+        failed.set_exception(error)
+        outcomes.append(failed)
+
+
+def _keys(chunks: Sequence[Document]) -> frozenset[Any]:
+    first = chunks[0].metadata
+    return frozenset({(FILE_ID, repr(first.get(FILE_ID))), ("source", repr(first.get("source")))})
+
+
+class _Writer:
+    """One thread that writes planned sources in order, each whole, with their vectors."""
+
+    def __init__(self, vectorstore: Any, size: int) -> None:
+        self._vectorstore = vectorstore
+        self._size = size
+        self._queue: queue.Queue[tuple[Future[SourceOutcome], str, _Plan, Any] | None] = (
+            queue.Queue(maxsize=_WRITES_AHEAD)
+        )
+        self._stopping = threading.Event()
+        self._thread = threading.Thread(
+            target=self._run, name="window-retriever-write", daemon=True
+        )
+        self._thread.start()
+
+    def put(self, future: Future[SourceOutcome], name: str, plan: _Plan, vectors: Any) -> None:
+        self._queue.put((future, name, plan, vectors))
+
+    def _run(self) -> None:
+        while (item := self._queue.get()) is not None:
+            future, name, plan, vectors = item
+            if self._stopping.is_set() or not future.set_running_or_notify_cancel():
+                future.cancel()
+                continue
+            try:
+                outcome = _apply(self._vectorstore, plan, self._size, vectors)
+            except BaseException as error:  # handed to the caller, in this source's place
+                future.set_exception(error)
+            else:
+                future.set_result(SourceOutcome(name, outcome=outcome))
+
+    def close(self) -> None:
+        """Finish the source being written, drop the others (when stopped early), and end."""
+        self._stopping.set()
+        self._queue.put(None)
+        self._thread.join()
+
+
+class _Ahead(Generic[_T]):
+    """Items produced on a background thread, in order, up to ``size`` ahead of the consumer.
+
+    An exception of the producer is raised in its place. :meth:`close` stops the producer at
+    its next item.
+    """
+
+    def __init__(self, items: Iterator[_T], size: int) -> None:
+        self._queue: queue.Queue[tuple[bool, Any]] = queue.Queue(maxsize=size)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(
+            target=self._produce, args=(items,), name="window-retriever-load", daemon=True
+        )
+        self._thread.start()
+
+    def __iter__(self) -> Iterator[_T]:
+        while True:
+            ok, value = self._queue.get()
+            if ok:
+                yield value
+            elif value is None:
+                return
+            else:
+                raise value
+
+    def ready(self) -> bool:
+        """True when the next item (or the end) is waiting."""
+        return not self._queue.empty()
+
+    def close(self) -> None:
+        self._stop.set()
+
+    def _produce(self, items: Iterator[_T]) -> None:
+        try:
+            for item in items:
+                if not self._put((True, item)):
+                    return
+        except BaseException as error:  # handed to the consumer, whatever it is
+            self._put((False, error))
+            return
+        self._put((False, None))
+
+    def _put(self, entry: tuple[bool, Any]) -> bool:
+        while not self._stop.is_set():
+            try:
+                self._queue.put(entry, timeout=0.1)
+            except queue.Full:
+                continue
+            return True
+        return False
 
 
 @dataclass(frozen=True, slots=True)
@@ -266,6 +646,7 @@ def prune_missing(
     owner = dict(owner or {})
     unlisted = [os.path.abspath(folder).rstrip(os.sep) + os.sep for folder in skip]
     doomed: dict[str, list[str]] = {}
+    page_size = max(1, min(page_size, _id_batch_size(vectorstore)))
     offset = 0
     while True:
         page = vectorstore.get(include=["metadatas"], limit=page_size, offset=offset)
@@ -282,8 +663,5 @@ def prune_missing(
         if len(page["ids"]) < page_size:
             break
         offset += page_size
-    ids = [chunk_id for chunk_ids in doomed.values() for chunk_id in chunk_ids]
-    size = _max_batch_size(vectorstore)
-    for begin in range(0, len(ids), size):
-        vectorstore.delete(ids=ids[begin : begin + size])
+    _delete(vectorstore, [chunk_id for chunk_ids in doomed.values() for chunk_id in chunk_ids])
     return [Pruned(source, len(chunk_ids)) for source, chunk_ids in sorted(doomed.items())]

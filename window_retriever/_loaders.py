@@ -195,7 +195,7 @@ def load_file(path: Path, options: LoadOptions | None = None) -> Loaded:
         return Loaded(name, error=f"cannot read: {error.strerror or error}")
     metadata: dict[str, Any] = {"source": os.path.abspath(path)}  # as found, links not followed
     if path.suffix.lower() in HTML_SUFFIXES:
-        title = _head_title(_soup(raw, ()))
+        title = _page_title(raw)
         if title:
             metadata["title"] = title
         text = _html_text(_soup(raw, options.selectors))
@@ -464,6 +464,24 @@ _SEAMS = re.compile(r"[\s\x00]*\x00[\s\x00]*")
 def _seam(match: re.Match[str]) -> str:
     whitespace = match.group(0).replace(_SEAM, "")
     return whitespace if whitespace else "\n"
+
+
+def _page_title(html: str) -> str:
+    """The ``<title>`` of a page's head, parsing no more of the page than its head.
+
+    A whole page costs as much to parse for its title as for its text; the head up to its
+    closing tag (after the title's) gives the same title. A page where that finds none is
+    parsed whole.
+    """
+    lower = html.lower()
+    title_end = lower.find("</title")
+    head_end = lower.find("</head", title_end) if title_end != -1 else -1
+    close = lower.find(">", head_end) if head_end != -1 else -1
+    if close != -1:
+        title = _head_title(_soup(html[: close + 1], ()))
+        if title:
+            return title
+    return _head_title(_soup(html, ()))
 
 
 def _head_title(soup: Any) -> str:

@@ -85,7 +85,7 @@ OVERRIDABLE = (
 # least extends every unfinished window, so this bound is never reached on real data.
 _MAX_FETCH_ROUNDS = 8
 # Keys of a chunk's own metadata that do not describe a window.
-_CHUNK_KEYS = (CHUNK_ID, CHUNK_INDEX, START_INDEX)
+_CHUNK_KEYS = (CHUNK_ID, CHUNK_INDEX, START_INDEX, "file_chunks")  # per chunk, not per window
 
 
 @dataclass(frozen=True, slots=True)

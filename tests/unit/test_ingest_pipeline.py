@@ -1,0 +1,218 @@
+"""The ingest pipeline: loading ahead, embedding across pages, writing while the next embeds.
+
+Real Chroma (in memory) with fake embeddings; the loader is a plain list of split pages.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from langchain_chroma import Chroma
+from langchain_core.documents import Document
+from langchain_core.embeddings import DeterministicFakeEmbedding
+from langchain_text_splitters import RecursiveCharacterTextSplitter
+from pydantic import Field
+
+from window_retriever import LoadOptions, WindowSplitter
+from window_retriever import _ingest as ingest_module
+from window_retriever._ingest import FILE_CHUNKS, ingest_sources
+
+SPLITTER = WindowSplitter(RecursiveCharacterTextSplitter(chunk_size=60, chunk_overlap=0))
+
+
+class Embeddings(DeterministicFakeEmbedding):
+    """Fake embeddings that record each call's size and can run a hook before embedding."""
+
+    calls: list[int] = Field(default_factory=list)
+    hook: Any = None
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        self.calls.append(len(texts))
+        if self.hook is not None:
+            self.hook(texts)
+        return super().embed_documents(texts)
+
+
+def page(name: str, sentences: int) -> tuple[str, list[Document], None]:
+    text = " ".join(f"Page {name} says thing {i}." for i in range(sentences))
+    return name, SPLITTER.split_documents([Document(text, metadata={"source": name})]), None
+
+
+class Ready:
+    """A loader whose pages are all ready at once (as a fast local loader's are)."""
+
+    def __init__(self, items: list[Any]) -> None:
+        self.items = items
+
+    def __iter__(self) -> Iterator[Any]:
+        for item in self.items:
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+
+    def ready(self) -> bool:
+        return True
+
+    def close(self) -> None:
+        pass
+
+
+@pytest.fixture
+def store(make_store: Callable[..., Chroma]) -> Chroma:
+    return make_store(Embeddings(size=16))
+
+
+def run(store: Chroma, items: list[Any]) -> list[Any]:
+    return list(ingest_module._pipelined(store, store.embeddings, Ready(items)))
+
+
+def collect(store: Chroma, items: list[Any], seen: list[str]) -> None:
+    """Run the pipeline, noting each source's name as its outcome comes."""
+    for outcome in ingest_module._pipelined(store, store.embeddings, Ready(items)):
+        seen.append(outcome.name)
+
+
+def files(store: Chroma) -> dict[str, list[dict[str, Any]]]:
+    result = store.get(include=["metadatas"])
+    found: dict[str, list[dict[str, Any]]] = {}
+    for metadata in result["metadatas"]:
+        found.setdefault(metadata["source"], []).append(metadata)
+    return found
+
+
+def assert_whole_or_absent(
+    store: Chroma, pages: list[tuple[str, list[Document], None]]
+) -> set[str]:
+    """Every page is stored whole (every chunk, the first one marked) or not at all."""
+    stored = files(store)
+    for name, chunks, _ in pages:
+        if name in stored:
+            assert sorted(m["chunk_index"] for m in stored[name]) == list(range(len(chunks)))
+            assert [m.get(FILE_CHUNKS) for m in stored[name] if m["chunk_index"] == 0] == [
+                len(chunks)
+            ]
+    return set(stored)
+
+
+def test_small_pages_are_embedded_together_and_written_each_whole(store: Chroma) -> None:
+    pages = [page(f"p{i}", 3) for i in range(12)]
+    outcomes = run(store, pages)
+    assert [o.name for o in outcomes] == [name for name, _, _ in pages]
+    assert all(o.outcome.status == "added" for o in outcomes)
+    total = sum(len(chunks) for _, chunks, _ in pages)
+    assert sum(store.embeddings.calls) == total
+    assert len(store.embeddings.calls) < len(pages)  # full batches across pages
+    assert assert_whole_or_absent(store, pages) == {name for name, _, _ in pages}
+    again = run(store, pages)
+    assert {o.outcome.status for o in again} == {"unchanged"}
+    assert sum(store.embeddings.calls) == total  # nothing embedded the second time
+
+
+def test_a_page_is_written_while_the_next_one_embeds(
+    store: Chroma, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(ingest_module, "_GROUP", 1)  # one page a group
+    pages = [page("first", 5), page("second", 5)]
+    second_embedding = threading.Event()
+    store.embeddings.hook = lambda texts: (
+        second_embedding.set() if "Page second" in texts[0] else None
+    )
+    collection = store._collection
+    upsert = collection.upsert
+    overlapped: list[bool] = []
+
+    def slow_upsert(**kwargs: Any) -> Any:
+        if "Page first" in kwargs["documents"][0]:
+            overlapped.append(second_embedding.wait(timeout=5))
+        return upsert(**kwargs)
+
+    monkeypatch.setattr(collection, "upsert", slow_upsert)
+    outcomes = run(store, pages)
+    assert [o.outcome.status for o in outcomes] == ["added", "added"]
+    assert overlapped and all(
+        overlapped
+    )  # the first page's write waited for the second's embedding
+
+
+def test_the_same_file_twice_is_planned_after_its_first_write(store: Chroma) -> None:
+    first = page("same", 6)
+    outcomes = run(store, [first, page("other", 4), first])
+    assert [o.outcome.status for o in outcomes] == ["added", "added", "unchanged"]
+    assert sum(store.embeddings.calls) == len(first[1]) + len(page("other", 4)[1])
+
+
+def test_an_error_is_raised_in_its_place_after_the_pages_before_it(
+    store: Chroma, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pages = [page("a", 4), page("b", 4), page("bad", 4), page("c", 4)]
+    collection = store._collection
+    get = collection.get
+
+    def failing_get(**kwargs: Any) -> Any:
+        if any(i.startswith(pages[2][1][0].metadata["file_id"]) for i in kwargs.get("ids") or []):
+            raise RuntimeError("the store is down")
+        return get(**kwargs)
+
+    monkeypatch.setattr(collection, "get", failing_get)
+    seen: list[str] = []
+    with pytest.raises(RuntimeError, match="the store is down"):
+        collect(store, pages, seen)
+    assert seen == ["a", "b"]
+    assert assert_whole_or_absent(store, pages) == {"a", "b"}  # c never started
+
+
+def test_a_loader_error_is_raised_in_its_place(store: Chroma) -> None:
+    pages: list[Any] = [page("a", 4), ValueError("cannot split"), page("c", 4)]
+    seen: list[str] = []
+    with pytest.raises(ValueError, match="cannot split"):
+        collect(store, pages, seen)
+    assert seen == ["a"]
+    assert set(files(store)) == {"a"}
+
+
+def test_an_interrupt_finishes_the_page_being_written_and_starts_no_other(
+    store: Chroma, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(ingest_module, "_GROUP", 1)
+    pages = [page(f"p{i}", 30) for i in range(4)]
+
+    def interrupt_third(texts: list[str]) -> None:
+        if "Page p2" in texts[0]:
+            raise KeyboardInterrupt
+
+    store.embeddings.hook = interrupt_third
+    with pytest.raises(KeyboardInterrupt):
+        run(store, pages)
+    written = assert_whole_or_absent(store, pages)
+    assert written <= {"p0", "p1"}
+    assert "p0" in written
+
+
+def test_a_store_without_a_collection_is_synced_page_by_page(store: Chroma, tmp_path: Path) -> None:
+    class Plain:
+        """A vector store with the LangChain methods only."""
+
+        def __init__(self, inner: Chroma) -> None:
+            self.inner = inner
+
+        def get(self, **kwargs: Any) -> Any:
+            return self.inner.get(**kwargs)
+
+        def add_documents(self, documents: list[Document], **kwargs: Any) -> Any:
+            return self.inner.add_documents(documents, **kwargs)
+
+        def delete(self, ids: list[str]) -> None:
+            self.inner.delete(ids=ids)
+
+    for i in range(3):
+        (tmp_path / f"{i}.txt").write_text(f"Note {i} about owls. " * 10, encoding="utf-8")
+    sources = sorted(str(p) for p in tmp_path.glob("*.txt"))
+    outcomes = list(ingest_sources(Plain(store), sources, splitter=SPLITTER, options=LoadOptions()))
+    assert [o.outcome.status for o in outcomes] == ["added"] * 3
+    # add_documents embeds: each page's body, then its first chunk
+    assert store.embeddings.calls == [n for o in outcomes for n in (o.outcome.chunks - 1, 1)]
+    assert len(files(store)) == 3
