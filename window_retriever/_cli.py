@@ -367,7 +367,14 @@ def _ingest(args: argparse.Namespace) -> int:
         if not args.keep_missing:
             owner = {key: metadata[key] for key in owners}
             for directory in directories:
-                gone = prune_missing(store, directory, present, owner=owner, skip=unreadable)
+                gone = prune_missing(
+                    store,
+                    directory,
+                    present,
+                    owner=owner,
+                    skip=unreadable,
+                    listed=[spec for spec in specs if not is_url(spec)],
+                )
                 for pruned in gone:
                     counts["gone"] += 1
                     counts["removed"] += pruned.chunks

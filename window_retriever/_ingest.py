@@ -630,6 +630,7 @@ def prune_missing(
     owner: Mapping[str, Any] | None = None,
     owner_keys: Sequence[str] = OWNER_KEYS,
     skip: Iterable[str] = (),
+    listed: Iterable[str] | None = None,
     page_size: int = 5000,
 ) -> list[Pruned]:
     """Delete the stored files below ``directory`` whose source is not in ``keep``.
@@ -640,11 +641,16 @@ def prune_missing(
     stored file whose value of any of ``owner_keys`` differs (a missing key is ``None``) is
     another owner's and never touched. Nothing below a folder in ``skip`` (one that could
     not be listed) is pruned. Metadata is read page by page (no embeddings).
+
+    ``listed`` (the sources this run found in the directory) guards against another writer:
+    a stored file this run never listed that exists now was added after the listing, and is
+    the other writer's to keep.
     """
     prefix = os.path.abspath(directory).rstrip(os.sep) + os.sep
     kept = set(keep)
     owner = dict(owner or {})
     unlisted = [os.path.abspath(folder).rstrip(os.sep) + os.sep for folder in skip]
+    seen = None if listed is None else {os.path.abspath(source) for source in listed}
     doomed: dict[str, list[str]] = {}
     page_size = max(1, min(page_size, _id_batch_size(vectorstore)))
     offset = 0
@@ -659,6 +665,8 @@ def prune_missing(
                 continue  # another owner's file
             if any(source.startswith(folder) for folder in unlisted):
                 continue  # below a folder that could not be read: not known to be gone
+            if seen is not None and source not in seen and os.path.lexists(source):
+                continue  # appeared after this run listed the folder: not gone
             doomed.setdefault(source, []).append(chunk_id)
         if len(page["ids"]) < page_size:
             break

@@ -499,3 +499,37 @@ def test_slowly_sent_headers_are_cut_at_the_page_deadline(
     assert status == 1
     assert elapsed < 5
     assert f"failed    http://127.0.0.1:{port}/slow.html: timed out after 1 s" in lines
+
+
+def test_a_file_added_after_the_listing_is_not_pruned_by_an_older_run(
+    make_real_store: Any, tmp_path: Path
+) -> None:
+    """Two ingests of one folder: A lists it, then b.txt appears and B ingests it, then A
+    prunes. b.txt is there: it must stay (it is B's, not gone)."""
+    from window_retriever import LoadOptions, WindowSplitter
+    from window_retriever._ingest import ingest_sources, prune_missing
+    from window_retriever._loaders import expand
+
+    folder = tmp_path / "pages"
+    folder.mkdir()
+    (folder / "a.txt").write_text("Page a about honey bees. " * 40, encoding="utf-8")
+    store = make_real_store()
+
+    def run(specs: list[str]) -> list[str]:
+        present = {
+            os.path.abspath(result.name)
+            for result in ingest_sources(
+                store, specs, splitter=WindowSplitter(), options=LoadOptions()
+            )
+            if result.outcome is not None
+        }
+        return [p.source for p in prune_missing(store, folder, present, listed=specs)]
+
+    listed_by_a = expand([str(folder)])
+    (folder / "b.txt").write_text("Page b about garden snails. " * 40, encoding="utf-8")
+    assert run(expand([str(folder)])) == []  # B
+    assert run(listed_by_a) == []  # A, with its older listing
+    sources = {m["source"] for m in store.get(include=["metadatas"])["metadatas"]}
+    assert sources == {str(folder / "a.txt"), str(folder / "b.txt")}
+    (folder / "b.txt").unlink()  # and a file really gone still goes
+    assert run(expand([str(folder)])) == [str(folder / "b.txt")]
