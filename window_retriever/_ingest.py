@@ -8,7 +8,7 @@ import queue
 import threading
 from collections import deque
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Generic, Literal, TypeVar
@@ -371,13 +371,14 @@ def ingest_sources(
 ) -> Iterator[SourceOutcome]:
     """Load, split and :func:`sync_file` each source (URL or file); outcomes in source order.
 
-    Three stages overlap. A background thread fetches, parses and splits sources, one at a
-    time (so ``requests_per_second`` holds), up to a few ahead. This thread reads the store
-    for each source (what to write) and embeds what changed, the chunks of the sources that
-    are ready together (full batches across small pages). A writer thread writes each source
-    whole, in order, while the next ones embed. Two sources of the same file or ``source``
-    are never in flight together. A store other than LangChain's Chroma is synced source by
-    source with :func:`sync_file` (loading still runs ahead).
+    The stages overlap. A loader thread fetches, parses and splits sources, one at a time (so
+    ``requests_per_second`` holds), up to a few ahead. This thread reads the store for each
+    source (what to write, as :func:`sync_file` decides it). An embedding thread embeds what
+    changed, the chunks of all the sources that are ready in one call (full batches across
+    small pages). A writer thread writes each source whole, in order, while the next ones
+    embed. Two sources of the same file or ``source`` are never in flight together. A store
+    other than LangChain's Chroma is synced source by source with :func:`sync_file` (loading
+    still runs ahead).
 
     A source that cannot be loaded, or whose chunks may not be written (another owner's
     file), is yielded with its error and the others go on; any other error is raised in its
@@ -442,26 +443,29 @@ def _writes_vectors(vectorstore: Any) -> Any:
 
 
 def _pipelined(vectorstore: Any, embeddings: Any, ahead: _Ahead[_Split]) -> Iterator[SourceOutcome]:
-    """Plan and embed here, write on the writer thread; yield outcomes in source order."""
+    """Plan here, embed on an embedding thread, write on a writer thread; outcomes in order."""
     size = _batch_size(vectorstore, None)
     writer = _Writer(vectorstore, size)
     outcomes: deque[Future[SourceOutcome]] = deque()
     group: list[tuple[Future[SourceOutcome], str, _Plan]] = []
     in_flight: list[tuple[frozenset[Any], Future[SourceOutcome]]] = []
 
+    embedding = ThreadPoolExecutor(max_workers=1, thread_name_prefix="window-retriever-embed")
+    embedded: deque[Future[Any]] = deque()
+
     def embed_group() -> None:
+        if not group:
+            return
         texts = [c.page_content for _, _, plan in group for c in plan.documents()]
-        try:
-            vectors = embeddings.embed_documents(texts) if texts else []
-        except Exception as error:  # raised in the place of the group's first source
-            for future, _, _ in group:
-                future.set_exception(error)
-        else:
-            begin = 0
-            for future, name, plan in group:
-                end = begin + len(plan.documents())
-                writer.put(future, name, plan, vectors[begin:end])
-                begin = end
+        while len(embedded) >= 2:  # one group embedding, one waiting: plan no further ahead
+            concurrent.futures.wait([embedded.popleft()])
+        vectors = embedding.submit(embeddings.embed_documents, texts)
+        embedded.append(vectors)
+        begin = 0
+        for future, name, plan in group:
+            end = begin + len(plan.documents())
+            writer.put(future, name, plan, vectors, begin, end)
+            begin = end
         group.clear()
 
     try:
@@ -504,7 +508,9 @@ def _pipelined(vectorstore: Any, embeddings: Any, ahead: _Ahead[_Split]) -> Iter
         while outcomes:
             yield outcomes.popleft().result()
     finally:
+        embedding.shutdown(wait=False, cancel_futures=True)  # no other group starts
         writer.close()
+        embedding.shutdown(wait=True)
 
 
 def _failing_in_place(
@@ -539,8 +545,16 @@ class _Writer:
         )
         self._thread.start()
 
-    def put(self, future: Future[SourceOutcome], name: str, plan: _Plan, vectors: Any) -> None:
-        self._queue.put((future, name, plan, vectors))
+    def put(
+        self,
+        future: Future[SourceOutcome],
+        name: str,
+        plan: _Plan,
+        vectors: Future[Any],
+        begin: int,
+        end: int,
+    ) -> None:
+        self._queue.put((future, name, plan, (vectors, begin, end)))
 
     def _run(self) -> None:
         while (item := self._queue.get()) is not None:
@@ -549,7 +563,8 @@ class _Writer:
                 future.cancel()
                 continue
             try:
-                outcome = _apply(self._vectorstore, plan, self._size, vectors)
+                embedded, begin, end = vectors
+                outcome = _apply(self._vectorstore, plan, self._size, embedded.result()[begin:end])
             except BaseException as error:  # handed to the caller, in this source's place
                 future.set_exception(error)
             else:

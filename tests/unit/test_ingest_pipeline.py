@@ -6,6 +6,7 @@ Real Chroma (in memory) with fake embeddings; the loader is a plain list of spli
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -25,16 +26,20 @@ SPLITTER = WindowSplitter(RecursiveCharacterTextSplitter(chunk_size=60, chunk_ov
 
 
 class Embeddings(DeterministicFakeEmbedding):
-    """Fake embeddings that record each call's size and can run a hook before embedding."""
+    """Fake embeddings that record each call's size, with hooks before and after a call."""
 
     calls: list[int] = Field(default_factory=list)
     hook: Any = None
+    after: Any = None
 
     def embed_documents(self, texts: list[str]) -> list[list[float]]:
         self.calls.append(len(texts))
         if self.hook is not None:
             self.hook(texts)
-        return super().embed_documents(texts)
+        vectors = super().embed_documents(texts)
+        if self.after is not None:
+            self.after(texts)
+        return vectors
 
 
 def page(name: str, sentences: int) -> tuple[str, list[Document], None]:
@@ -177,19 +182,41 @@ def test_a_loader_error_is_raised_in_its_place(store: Chroma) -> None:
 def test_an_interrupt_finishes_the_page_being_written_and_starts_no_other(
     store: Chroma, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """Ctrl-C while planning p2: p0 is being written (finished whole), p1 waits (dropped)."""
     monkeypatch.setattr(ingest_module, "_GROUP", 1)
     pages = [page(f"p{i}", 30) for i in range(4)]
+    stopping, p1_embedded = threading.Event(), threading.Event()
+    store.embeddings.after = lambda texts: p1_embedded.set() if "Page p1" in texts[0] else None
+    close = ingest_module._Writer.close
 
-    def interrupt_third(texts: list[str]) -> None:
-        if "Page p2" in texts[0]:
-            raise KeyboardInterrupt
+    def noting_close(self: Any) -> None:
+        self._stopping.set()
+        stopping.set()
+        close(self)
 
-    store.embeddings.hook = interrupt_third
+    monkeypatch.setattr(ingest_module._Writer, "close", noting_close)
+    collection = store._collection
+    upsert = collection.upsert
+
+    def held_upsert(**kwargs: Any) -> Any:
+        if "Page p0" in kwargs["documents"][0]:
+            assert stopping.wait(timeout=5)  # still writing p0 when the interrupt comes
+            time.sleep(0.2)  # and for a while after: the interrupt must wait for it
+        return upsert(**kwargs)
+
+    monkeypatch.setattr(collection, "upsert", held_upsert)
+    plan = ingest_module._plan
+
+    def interrupted_plan(vectorstore: Any, chunks: list[Document], *args: Any, **kw: Any) -> Any:
+        if chunks[0].metadata["source"] == "p2":
+            assert p1_embedded.wait(timeout=5)  # p1 is ready for the writer, behind p0
+            raise KeyboardInterrupt  # Ctrl-C lands in the main thread
+        return plan(vectorstore, chunks, *args, **kw)
+
+    monkeypatch.setattr(ingest_module, "_plan", interrupted_plan)
     with pytest.raises(KeyboardInterrupt):
         run(store, pages)
-    written = assert_whole_or_absent(store, pages)
-    assert written <= {"p0", "p1"}
-    assert "p0" in written
+    assert assert_whole_or_absent(store, pages) == {"p0"}
 
 
 def test_a_store_without_a_collection_is_synced_page_by_page(store: Chroma, tmp_path: Path) -> None:
