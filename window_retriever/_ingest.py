@@ -205,9 +205,10 @@ def sync_file(
       e.g. from an ingest that put other metadata into the file id. Leave it off when one
       source holds several files (``file_id_keys=("source", "page")``);
     - last, the first chunk is written, stamped with the file's chunk count
-      (``metadata["file_chunks"]``): the mark that this version was written whole. A file
-      stored without it (by an earlier release, or by a write that was killed) is checked by
-      ``file_id`` and, when it is otherwise complete, only its first chunk is written again.
+      (``metadata["file_chunks"]``): the mark that this version was written whole (with
+      nothing to delete, it goes in the last batch of the others). A file stored without it
+      (by an earlier release, or by a write that was killed) is checked by ``file_id`` and,
+      when it is otherwise complete, only its first chunk is written again.
 
     Every read and delete carries at most 32,762 ids and every write at most the client's
     batch size, so a file of any length fits Chroma's limits. A run killed at any point and
@@ -317,14 +318,21 @@ def _apply(
     size: int,
     vectors: Sequence[Sequence[float]] | None = None,
 ) -> FileOutcome:
-    """Write a plan: its body, then its deletes, then its first chunk (``vectors``: theirs)."""
-    done = len(plan.body)
-    if plan.body:
-        _store(vectorstore, plan.body, size, None if vectors is None else vectors[:done])
-    if plan.stale:
+    """Write a plan: its body, its deletes, then its first chunk (``vectors``: theirs).
+
+    The first chunk's mark must not come before the deletes (a file marked whole would not be
+    read again, so a tail left by a killed run would stay); with nothing to delete it goes
+    last in the body's writes, in one embedding call with them.
+    """
+    if not plan.stale:
+        _store(vectorstore, plan.documents(), size, vectors)
+    else:
+        done = len(plan.body)
+        if plan.body:
+            _store(vectorstore, plan.body, size, None if vectors is None else vectors[:done])
         _delete(vectorstore, plan.stale)
-    if plan.head is not None:
-        _store(vectorstore, [plan.head], size, None if vectors is None else vectors[done:])
+        if plan.head is not None:
+            _store(vectorstore, [plan.head], size, None if vectors is None else vectors[done:])
     written = len(plan.documents())
     if not written and not plan.stale:
         status: Literal["added", "updated", "unchanged"] = "unchanged"

@@ -240,6 +240,6 @@ def test_a_store_without_a_collection_is_synced_page_by_page(store: Chroma, tmp_
     sources = sorted(str(p) for p in tmp_path.glob("*.txt"))
     outcomes = list(ingest_sources(Plain(store), sources, splitter=SPLITTER, options=LoadOptions()))
     assert [o.outcome.status for o in outcomes] == ["added"] * 3
-    # add_documents embeds: each page's body, then its first chunk
-    assert store.embeddings.calls == [n for o in outcomes for n in (o.outcome.chunks - 1, 1)]
+    # add_documents embeds, one page a call (its first chunk last, nothing to delete)
+    assert store.embeddings.calls == [o.outcome.chunks for o in outcomes]
     assert len(files(store)) == 3
