@@ -333,6 +333,11 @@ def _apply(
         _delete(vectorstore, plan.stale)
         if plan.head is not None:
             _store(vectorstore, [plan.head], size, None if vectors is None else vectors[done:])
+    return _outcome(plan)
+
+
+def _outcome(plan: _Plan) -> FileOutcome:
+    """What writing ``plan`` did."""
     written = len(plan.documents())
     if not written and not plan.stale:
         status: Literal["added", "updated", "unchanged"] = "unchanged"
@@ -472,7 +477,7 @@ def _pipelined(vectorstore: Any, embeddings: Any, ahead: _Ahead[_Split]) -> Iter
         begin = 0
         for future, name, plan in group:
             end = begin + len(plan.documents())
-            writer.put(future, name, plan, vectors, begin, end)
+            writer.put(_Write(future, name, plan, vectors, begin, end))
             begin = end
         group.clear()
 
@@ -538,48 +543,90 @@ def _keys(chunks: Sequence[Document]) -> frozenset[Any]:
     return frozenset({(FILE_ID, repr(first.get(FILE_ID))), ("source", repr(first.get("source")))})
 
 
+@dataclass(frozen=True, slots=True)
+class _Write:
+    """One source for the writer: its plan, and where its vectors are in its group's."""
+
+    future: Future[SourceOutcome]
+    name: str
+    plan: _Plan
+    vectors: Future[Any]
+    begin: int
+    end: int
+
+
 class _Writer:
-    """One thread that writes planned sources in order, each whole, with their vectors."""
+    """One thread that writes planned sources in order, each whole, with their vectors.
+
+    The sources waiting when it starts a write are written together, in one upsert (each
+    one's first chunk after its others), except a source with chunks to delete, which is
+    written alone: its first chunk must follow its deletes. Per-call costs of the store then
+    do not add up over small pages.
+    """
 
     def __init__(self, vectorstore: Any, size: int) -> None:
         self._vectorstore = vectorstore
         self._size = size
-        self._queue: queue.Queue[tuple[Future[SourceOutcome], str, _Plan, Any] | None] = (
-            queue.Queue(maxsize=_WRITES_AHEAD)
-        )
+        self._queue: queue.Queue[_Write | None] = queue.Queue(maxsize=_WRITES_AHEAD)
         self._stopping = threading.Event()
         self._thread = threading.Thread(
             target=self._run, name="window-retriever-write", daemon=True
         )
         self._thread.start()
 
-    def put(
-        self,
-        future: Future[SourceOutcome],
-        name: str,
-        plan: _Plan,
-        vectors: Future[Any],
-        begin: int,
-        end: int,
-    ) -> None:
-        self._queue.put((future, name, plan, (vectors, begin, end)))
+    def put(self, write: _Write) -> None:
+        self._queue.put(write)
 
     def _run(self) -> None:
-        while (item := self._queue.get()) is not None:
-            future, name, plan, vectors = item
-            if self._stopping.is_set() or not future.set_running_or_notify_cancel():
-                future.cancel()
-                continue
+        ending = False
+        while not ending:
+            waiting = [self._queue.get()]
+            first = waiting[0]
+            if first is not None:  # its group is embedding: the rest of the group comes meanwhile
+                concurrent.futures.wait([first.vectors])
+            while waiting[-1] is not None and len(waiting) < _WRITES_AHEAD:
+                try:
+                    waiting.append(self._queue.get_nowait())
+                except queue.Empty:
+                    break
+            together: list[_Write] = []
+            for write in waiting:
+                if write is None:
+                    ending = True
+                elif self._stopping.is_set() or not write.future.set_running_or_notify_cancel():
+                    write.future.cancel()
+                elif write.plan.stale:
+                    self._write(together)
+                    together = []
+                    self._write([write])
+                else:
+                    together.append(write)
+            self._write(together)
+
+    def _write(self, writes: list[_Write]) -> None:
+        ready: list[tuple[_Write, Any]] = []
+        for write in writes:
             try:
-                embedded, begin, end = vectors
-                outcome = _apply(self._vectorstore, plan, self._size, embedded.result()[begin:end])
-            except BaseException as error:  # handed to the caller, in this source's place
-                future.set_exception(error)
-            else:
-                future.set_result(SourceOutcome(name, outcome=outcome))
+                ready.append((write, write.vectors.result()[write.begin : write.end]))
+            except BaseException as error:  # its embedding failed: in this source's place
+                write.future.set_exception(error)
+        try:
+            if len(ready) == 1:
+                write, vectors = ready[0]
+                _apply(self._vectorstore, write.plan, self._size, vectors)
+            elif ready:
+                chunks = [c for write, _ in ready for c in write.plan.documents()]
+                vectors = [v for _, vs in ready for v in vs]
+                _store(self._vectorstore, chunks, self._size, vectors)
+        except BaseException as error:  # handed to the caller, in these sources' places
+            for write, _ in ready:
+                write.future.set_exception(error)
+        else:
+            for write, _ in ready:
+                write.future.set_result(SourceOutcome(write.name, outcome=_outcome(write.plan)))
 
     def close(self) -> None:
-        """Finish the source being written, drop the others (when stopped early), and end."""
+        """Finish the sources being written, drop the others (when stopped early), and end."""
         self._stopping.set()
         self._queue.put(None)
         self._thread.join()

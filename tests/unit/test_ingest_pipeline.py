@@ -103,14 +103,27 @@ def assert_whole_or_absent(
     return set(stored)
 
 
-def test_small_pages_are_embedded_together_and_written_each_whole(store: Chroma) -> None:
+def test_small_pages_are_embedded_together_and_written_each_whole(
+    store: Chroma, monkeypatch: pytest.MonkeyPatch
+) -> None:
     pages = [page(f"p{i}", 3) for i in range(12)]
+    store.embeddings.hook = lambda texts: time.sleep(0.1)  # the pages reach the writer meanwhile
+    collection = store._collection
+    upsert = collection.upsert
+    upserts: list[int] = []
+
+    def counted(**kwargs: Any) -> Any:
+        upserts.append(len(kwargs["ids"]))
+        return upsert(**kwargs)
+
+    monkeypatch.setattr(collection, "upsert", counted)
     outcomes = run(store, pages)
     assert [o.name for o in outcomes] == [name for name, _, _ in pages]
     assert all(o.outcome.status == "added" for o in outcomes)
     total = sum(len(chunks) for _, chunks, _ in pages)
     assert sum(store.embeddings.calls) == total
     assert len(store.embeddings.calls) < len(pages)  # full batches across pages
+    assert upserts == [total]  # and one write for all of them
     assert assert_whole_or_absent(store, pages) == {name for name, _, _ in pages}
     again = run(store, pages)
     assert {o.outcome.status for o in again} == {"unchanged"}
@@ -243,3 +256,18 @@ def test_a_store_without_a_collection_is_synced_page_by_page(store: Chroma, tmp_
     # add_documents embeds, one page a call (its first chunk last, nothing to delete)
     assert store.embeddings.calls == [o.outcome.chunks for o in outcomes]
     assert len(files(store)) == 3
+
+
+def test_a_shrunk_page_among_small_ones_loses_its_tail(store: Chroma) -> None:
+    run(store, [page("a", 30), page("b", 3), page("c", 3)])
+    shrunk = [page("a", 8), page("b", 4), page("c", 3)]
+    outcomes = run(store, shrunk)
+    assert [(o.outcome.status, o.outcome.removed > 0) for o in outcomes] == [
+        ("updated", True),
+        ("updated", False),
+        ("unchanged", False),
+    ]
+    assert assert_whole_or_absent(store, shrunk) == {"a", "b", "c"}
+    assert {name: len(chunks) for name, chunks in files(store).items()} == {
+        name: len(chunks) for name, chunks, _ in shrunk
+    }
