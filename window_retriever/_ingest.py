@@ -2,25 +2,19 @@
 
 from __future__ import annotations
 
-import concurrent.futures
 import os
-import queue
-import threading
-from collections import deque
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Generic, Literal, TypeVar
+from typing import Any, Literal
 
 from langchain_core.documents import Document
 
 from window_retriever._errors import ConfigurationError, OwnershipError
 from window_retriever._ids import CHUNK_ID, CHUNK_INDEX, FILE_ID, FILE_VERSION
-from window_retriever._loaders import LoadOptions, load_sources
+from window_retriever._loaders import LoadOptions
 from window_retriever._splitter import WindowSplitter
 
-_T = TypeVar("_T")
 _FALLBACK_BATCH_SIZE = 5000
 MAX_IDS_PER_CALL = 32_762
 """Chroma (SQLite) fails above this many ids in one call ("too many SQL variables"), and so
@@ -67,7 +61,7 @@ def add_chunks(
             written then.
     """
     ids = _chunk_ids(chunks)
-    _store(vectorstore, chunks, _batch_size(vectorstore, batch_size))
+    store_chunks(vectorstore, chunks, batch_size_for(vectorstore, batch_size))
     return ids
 
 
@@ -93,7 +87,8 @@ def _chunk_ids(chunks: Sequence[Document]) -> list[str]:
     return ids
 
 
-def _batch_size(vectorstore: Any, batch_size: int | None) -> int:
+def batch_size_for(vectorstore: Any, batch_size: int | None) -> int:
+    """Records a write may carry: ``batch_size``, checked, or what the store allows."""
     size = _id_batch_size(vectorstore) if batch_size is None else batch_size
     if isinstance(size, bool) or not isinstance(size, int) or size < 1:
         msg = f"batch_size must be a whole number, at least 1, got {size!r}"
@@ -101,7 +96,7 @@ def _batch_size(vectorstore: Any, batch_size: int | None) -> int:
     return size
 
 
-def _store(
+def store_chunks(
     vectorstore: Any,
     chunks: Sequence[Document],
     size: int,
@@ -221,12 +216,13 @@ def sync_file(
     """
     if not chunks:
         return FileOutcome("unchanged", 0, 0, 0)
-    size = _batch_size(vectorstore, batch_size)
-    return _apply(vectorstore, _plan(vectorstore, chunks, owner_keys, replace_source_copies), size)
+    size = batch_size_for(vectorstore, batch_size)
+    plan = plan_file(vectorstore, chunks, owner_keys, replace_source_copies)
+    return apply_plan(vectorstore, plan, size)
 
 
 @dataclass(frozen=True, slots=True)
-class _Plan:
+class Plan:
     """What syncing one file writes, found by reading the store before anything is embedded."""
 
     body: list[Document]
@@ -243,12 +239,13 @@ class _Plan:
         return [*self.body, *([self.head] if self.head is not None else [])]
 
 
-def _plan(
+def plan_file(
     vectorstore: Any,
     chunks: Sequence[Document],
     owner_keys: Sequence[str],
     replace_source_copies: bool,
-) -> _Plan:
+) -> Plan:
+    """Read what the store holds of a file and decide what syncing it writes (nothing yet)."""
     file_ids = {chunk.metadata.get(FILE_ID) for chunk in chunks}
     versions = {chunk.metadata.get(FILE_VERSION) for chunk in chunks}
     if len(file_ids) != 1 or len(versions) != 1:
@@ -270,7 +267,7 @@ def _plan(
         and all(_matches(metadata, mark) for metadata in found.values())
         and found[ids[head]].get(FILE_CHUNKS) == len(chunks)
     ):
-        return _Plan([], None, [], len(chunks), existed=True)
+        return Plan([], None, [], len(chunks), existed=True)
 
     source = first.get("source")
     where: dict[str, Any] = {FILE_ID: file_id}
@@ -303,7 +300,7 @@ def _plan(
         metadata={**first, FILE_CHUNKS: len(chunks)},
         id=ids[head],
     )
-    return _Plan(
+    return Plan(
         body=[chunks[n] for n in todo],
         head=None if whole else marked,
         stale=stale,
@@ -312,9 +309,9 @@ def _plan(
     )
 
 
-def _apply(
+def apply_plan(
     vectorstore: Any,
-    plan: _Plan,
+    plan: Plan,
     size: int,
     vectors: Sequence[Sequence[float]] | None = None,
 ) -> FileOutcome:
@@ -325,14 +322,21 @@ def _apply(
     last in the body's writes, in one embedding call with them.
     """
     if not plan.stale:
-        _store(vectorstore, plan.documents(), size, vectors)
+        store_chunks(vectorstore, plan.documents(), size, vectors)
     else:
-        done = len(plan.body)
+        body = head = None
+        if vectors is not None:
+            body, head = vectors[: len(plan.body)], vectors[len(plan.body) :]
         if plan.body:
-            _store(vectorstore, plan.body, size, None if vectors is None else vectors[:done])
+            store_chunks(vectorstore, plan.body, size, body)
         _delete(vectorstore, plan.stale)
         if plan.head is not None:
-            _store(vectorstore, [plan.head], size, None if vectors is None else vectors[done:])
+            store_chunks(vectorstore, [plan.head], size, head)
+    return outcome_of(plan)
+
+
+def outcome_of(plan: Plan) -> FileOutcome:
+    """What writing ``plan`` did."""
     written = len(plan.documents())
     if not written and not plan.stale:
         status: Literal["added", "updated", "unchanged"] = "unchanged"
@@ -384,49 +388,27 @@ def ingest_sources(
     source (what to write, as :func:`sync_file` decides it). An embedding thread embeds what
     changed, the chunks of all the sources that are ready in one call (full batches across
     small pages). A writer thread writes each source whole, in order, while the next ones
-    embed. Two sources of the same file or ``source`` are never in flight together. A store
-    other than LangChain's Chroma is synced source by source with :func:`sync_file` (loading
-    still runs ahead).
+    embed (the sources waiting for it together, in one upsert). Two sources of the same file
+    or ``source`` are never in flight together. A store other than LangChain's Chroma is
+    synced source by source with :func:`sync_file` (loading still runs ahead).
 
     A source that cannot be loaded, or whose chunks may not be written (another owner's
     file), is yielded with its error and the others go on; any other error is raised in its
-    place, after the sources before it. When the caller stops or is interrupted, the source
-    being written is finished and no other starts. ``metadata`` is stamped on every chunk.
+    place, after the sources before it. When the caller stops or is interrupted, the sources
+    being written are finished and no other starts. ``metadata`` is stamped on every chunk.
     """
-    ahead = _Ahead(_split(sources, splitter, options, metadata), _AHEAD)
+    from window_retriever._pipeline import AHEAD, Ahead, pipelined, split_sources, writes_vectors
+
+    ahead = Ahead(split_sources(sources, splitter, options, metadata), AHEAD)
     try:
-        embeddings = _writes_vectors(vectorstore)
+        embeddings = writes_vectors(vectorstore)
         if embeddings is None:
             for name, chunks, error in ahead:
                 yield _sync_source(vectorstore, name, chunks, error)
         else:
-            yield from _pipelined(vectorstore, embeddings, ahead)
+            yield from pipelined(vectorstore, embeddings, ahead)
     finally:
         ahead.close()
-
-
-_AHEAD = 4
-"""Sources loaded and split ahead of the one being planned."""
-_GROUP = 128
-"""Chunks embedded in one call when several sources are ready (small pages fill batches)."""
-_WRITES_AHEAD = 64
-"""Sources embedded and waiting for the writer (it writes faster than the model embeds)."""
-
-_Split = tuple[str, list[Document] | None, str | None]
-
-
-def _split(
-    sources: Sequence[str],
-    splitter: WindowSplitter,
-    options: LoadOptions,
-    metadata: Mapping[str, Any] | None,
-) -> Iterator[_Split]:
-    for loaded in load_sources(sources, options):
-        if loaded.document is None:
-            yield loaded.name, None, loaded.error
-            continue
-        loaded.document.metadata.update(metadata or {})
-        yield loaded.name, splitter.split_documents([loaded.document]), None
 
 
 def _sync_source(
@@ -439,202 +421,6 @@ def _sync_source(
     except OwnershipError as failure:
         return SourceOutcome(name, error=str(failure))
     return SourceOutcome(name, outcome=outcome)
-
-
-def _writes_vectors(vectorstore: Any) -> Any:
-    """The store's embeddings when it can take vectors directly (LangChain's Chroma), or None."""
-    embeddings = getattr(vectorstore, "embeddings", None)
-    collection = getattr(vectorstore, "_collection", None)
-    if embeddings is None or not callable(getattr(collection, "upsert", None)):
-        return None
-    return embeddings
-
-
-def _pipelined(vectorstore: Any, embeddings: Any, ahead: _Ahead[_Split]) -> Iterator[SourceOutcome]:
-    """Plan here, embed on an embedding thread, write on a writer thread; outcomes in order."""
-    size = _batch_size(vectorstore, None)
-    writer = _Writer(vectorstore, size)
-    outcomes: deque[Future[SourceOutcome]] = deque()
-    group: list[tuple[Future[SourceOutcome], str, _Plan]] = []
-    in_flight: list[tuple[frozenset[Any], Future[SourceOutcome]]] = []
-
-    embedding = ThreadPoolExecutor(max_workers=1, thread_name_prefix="window-retriever-embed")
-    embedded: deque[Future[Any]] = deque()
-
-    def embed_group() -> None:
-        if not group:
-            return
-        texts = [c.page_content for _, _, plan in group for c in plan.documents()]
-        while len(embedded) >= 2:  # one group embedding, one waiting: plan no further ahead
-            concurrent.futures.wait([embedded.popleft()])
-        vectors = embedding.submit(embeddings.embed_documents, texts)
-        embedded.append(vectors)
-        begin = 0
-        for future, name, plan in group:
-            end = begin + len(plan.documents())
-            writer.put(future, name, plan, vectors, begin, end)
-            begin = end
-        group.clear()
-
-    try:
-        for name, chunks, error in _failing_in_place(ahead, outcomes):
-            future: Future[SourceOutcome] = Future()
-            outcomes.append(future)
-            if chunks is None:
-                future.set_result(SourceOutcome(name, error=error))
-            elif not chunks:
-                future.set_result(SourceOutcome(name, outcome=FileOutcome("unchanged", 0, 0, 0)))
-            else:
-                keys = _keys(chunks)
-                waits = [job for held, job in in_flight if held & keys]
-                if waits:  # the same file or source is still being written: let it finish
-                    embed_group()
-                    concurrent.futures.wait(waits)
-                try:
-                    plan = _plan(vectorstore, chunks, OWNER_KEYS, replace_source_copies=True)
-                except OwnershipError as failure:
-                    future.set_result(SourceOutcome(name, error=str(failure)))
-                except Exception as failure:  # raised in its place, after the sources before
-                    future.set_exception(failure)
-                    break
-                else:
-                    if plan.documents() or plan.stale:
-                        group.append((future, name, plan))
-                        in_flight.append((keys, future))
-                    else:
-                        future.set_result(
-                            SourceOutcome(name, outcome=_apply(vectorstore, plan, size))
-                        )
-            if group and (
-                sum(len(plan.documents()) for _, _, plan in group) >= _GROUP or not ahead.ready()
-            ):
-                embed_group()
-            in_flight = [(held, job) for held, job in in_flight if not job.done()]
-            while outcomes and outcomes[0].done():
-                yield outcomes.popleft().result()
-        embed_group()
-        while outcomes:
-            yield outcomes.popleft().result()
-    finally:
-        embedding.shutdown(wait=False, cancel_futures=True)  # no other group starts
-        writer.close()
-        embedding.shutdown(wait=True)
-
-
-def _failing_in_place(
-    ahead: _Ahead[_Split], outcomes: deque[Future[SourceOutcome]]
-) -> Iterator[_Split]:
-    """The loaded sources; a loader error becomes a failed outcome in its place, then stops."""
-    try:
-        yield from ahead
-    except Exception as error:
-        failed: Future[SourceOutcome] = Future()
-        failed.set_exception(error)
-        outcomes.append(failed)
-
-
-def _keys(chunks: Sequence[Document]) -> frozenset[Any]:
-    first = chunks[0].metadata
-    return frozenset({(FILE_ID, repr(first.get(FILE_ID))), ("source", repr(first.get("source")))})
-
-
-class _Writer:
-    """One thread that writes planned sources in order, each whole, with their vectors."""
-
-    def __init__(self, vectorstore: Any, size: int) -> None:
-        self._vectorstore = vectorstore
-        self._size = size
-        self._queue: queue.Queue[tuple[Future[SourceOutcome], str, _Plan, Any] | None] = (
-            queue.Queue(maxsize=_WRITES_AHEAD)
-        )
-        self._stopping = threading.Event()
-        self._thread = threading.Thread(
-            target=self._run, name="window-retriever-write", daemon=True
-        )
-        self._thread.start()
-
-    def put(
-        self,
-        future: Future[SourceOutcome],
-        name: str,
-        plan: _Plan,
-        vectors: Future[Any],
-        begin: int,
-        end: int,
-    ) -> None:
-        self._queue.put((future, name, plan, (vectors, begin, end)))
-
-    def _run(self) -> None:
-        while (item := self._queue.get()) is not None:
-            future, name, plan, vectors = item
-            if self._stopping.is_set() or not future.set_running_or_notify_cancel():
-                future.cancel()
-                continue
-            try:
-                embedded, begin, end = vectors
-                outcome = _apply(self._vectorstore, plan, self._size, embedded.result()[begin:end])
-            except BaseException as error:  # handed to the caller, in this source's place
-                future.set_exception(error)
-            else:
-                future.set_result(SourceOutcome(name, outcome=outcome))
-
-    def close(self) -> None:
-        """Finish the source being written, drop the others (when stopped early), and end."""
-        self._stopping.set()
-        self._queue.put(None)
-        self._thread.join()
-
-
-class _Ahead(Generic[_T]):
-    """Items produced on a background thread, in order, up to ``size`` ahead of the consumer.
-
-    An exception of the producer is raised in its place. :meth:`close` stops the producer at
-    its next item.
-    """
-
-    def __init__(self, items: Iterator[_T], size: int) -> None:
-        self._queue: queue.Queue[tuple[bool, Any]] = queue.Queue(maxsize=size)
-        self._stop = threading.Event()
-        self._thread = threading.Thread(
-            target=self._produce, args=(items,), name="window-retriever-load", daemon=True
-        )
-        self._thread.start()
-
-    def __iter__(self) -> Iterator[_T]:
-        while True:
-            ok, value = self._queue.get()
-            if ok:
-                yield value
-            elif value is None:
-                return
-            else:
-                raise value
-
-    def ready(self) -> bool:
-        """True when the next item (or the end) is waiting."""
-        return not self._queue.empty()
-
-    def close(self) -> None:
-        self._stop.set()
-
-    def _produce(self, items: Iterator[_T]) -> None:
-        try:
-            for item in items:
-                if not self._put((True, item)):
-                    return
-        except BaseException as error:  # handed to the consumer, whatever it is
-            self._put((False, error))
-            return
-        self._put((False, None))
-
-    def _put(self, entry: tuple[bool, Any]) -> bool:
-        while not self._stop.is_set():
-            try:
-                self._queue.put(entry, timeout=0.1)
-            except queue.Full:
-                continue
-            return True
-        return False
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,7 +19,7 @@ from langchain_text_splitters import RecursiveCharacterTextSplitter
 from pydantic import Field
 
 from window_retriever import LoadOptions, WindowSplitter
-from window_retriever import _ingest as ingest_module
+from window_retriever import _pipeline as pipeline
 from window_retriever._ingest import FILE_CHUNKS, ingest_sources
 
 SPLITTER = WindowSplitter(RecursiveCharacterTextSplitter(chunk_size=60, chunk_overlap=0))
@@ -72,12 +72,12 @@ def store(make_store: Callable[..., Chroma]) -> Chroma:
 
 
 def run(store: Chroma, items: list[Any]) -> list[Any]:
-    return list(ingest_module._pipelined(store, store.embeddings, Ready(items)))
+    return list(pipeline.pipelined(store, store.embeddings, Ready(items)))
 
 
 def collect(store: Chroma, items: list[Any], seen: list[str]) -> None:
     """Run the pipeline, noting each source's name as its outcome comes."""
-    for outcome in ingest_module._pipelined(store, store.embeddings, Ready(items)):
+    for outcome in pipeline.pipelined(store, store.embeddings, Ready(items)):
         seen.append(outcome.name)
 
 
@@ -103,14 +103,27 @@ def assert_whole_or_absent(
     return set(stored)
 
 
-def test_small_pages_are_embedded_together_and_written_each_whole(store: Chroma) -> None:
+def test_small_pages_are_embedded_together_and_written_each_whole(
+    store: Chroma, monkeypatch: pytest.MonkeyPatch
+) -> None:
     pages = [page(f"p{i}", 3) for i in range(12)]
+    store.embeddings.hook = lambda texts: time.sleep(0.1)  # the pages reach the writer meanwhile
+    collection = store._collection
+    upsert = collection.upsert
+    upserts: list[int] = []
+
+    def counted(**kwargs: Any) -> Any:
+        upserts.append(len(kwargs["ids"]))
+        return upsert(**kwargs)
+
+    monkeypatch.setattr(collection, "upsert", counted)
     outcomes = run(store, pages)
     assert [o.name for o in outcomes] == [name for name, _, _ in pages]
     assert all(o.outcome.status == "added" for o in outcomes)
     total = sum(len(chunks) for _, chunks, _ in pages)
     assert sum(store.embeddings.calls) == total
     assert len(store.embeddings.calls) < len(pages)  # full batches across pages
+    assert upserts == [total]  # and one write for all of them
     assert assert_whole_or_absent(store, pages) == {name for name, _, _ in pages}
     again = run(store, pages)
     assert {o.outcome.status for o in again} == {"unchanged"}
@@ -120,7 +133,7 @@ def test_small_pages_are_embedded_together_and_written_each_whole(store: Chroma)
 def test_a_page_is_written_while_the_next_one_embeds(
     store: Chroma, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(ingest_module, "_GROUP", 1)  # one page a group
+    monkeypatch.setattr(pipeline, "GROUP", 1)  # one page a group
     pages = [page("first", 5), page("second", 5)]
     second_embedding = threading.Event()
     store.embeddings.hook = lambda texts: (
@@ -183,18 +196,18 @@ def test_an_interrupt_finishes_the_page_being_written_and_starts_no_other(
     store: Chroma, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Ctrl-C while planning p2: p0 is being written (finished whole), p1 waits (dropped)."""
-    monkeypatch.setattr(ingest_module, "_GROUP", 1)
+    monkeypatch.setattr(pipeline, "GROUP", 1)
     pages = [page(f"p{i}", 30) for i in range(4)]
     stopping, p1_embedded = threading.Event(), threading.Event()
     store.embeddings.after = lambda texts: p1_embedded.set() if "Page p1" in texts[0] else None
-    close = ingest_module._Writer.close
+    close = pipeline.Writer.close
 
     def noting_close(self: Any) -> None:
         self._stopping.set()
         stopping.set()
         close(self)
 
-    monkeypatch.setattr(ingest_module._Writer, "close", noting_close)
+    monkeypatch.setattr(pipeline.Writer, "close", noting_close)
     collection = store._collection
     upsert = collection.upsert
 
@@ -205,7 +218,7 @@ def test_an_interrupt_finishes_the_page_being_written_and_starts_no_other(
         return upsert(**kwargs)
 
     monkeypatch.setattr(collection, "upsert", held_upsert)
-    plan = ingest_module._plan
+    plan = pipeline.plan_file
 
     def interrupted_plan(vectorstore: Any, chunks: list[Document], *args: Any, **kw: Any) -> Any:
         if chunks[0].metadata["source"] == "p2":
@@ -213,7 +226,7 @@ def test_an_interrupt_finishes_the_page_being_written_and_starts_no_other(
             raise KeyboardInterrupt  # Ctrl-C lands in the main thread
         return plan(vectorstore, chunks, *args, **kw)
 
-    monkeypatch.setattr(ingest_module, "_plan", interrupted_plan)
+    monkeypatch.setattr(pipeline, "plan_file", interrupted_plan)
     with pytest.raises(KeyboardInterrupt):
         run(store, pages)
     assert assert_whole_or_absent(store, pages) == {"p0"}
@@ -243,3 +256,18 @@ def test_a_store_without_a_collection_is_synced_page_by_page(store: Chroma, tmp_
     # add_documents embeds, one page a call (its first chunk last, nothing to delete)
     assert store.embeddings.calls == [o.outcome.chunks for o in outcomes]
     assert len(files(store)) == 3
+
+
+def test_a_shrunk_page_among_small_ones_loses_its_tail(store: Chroma) -> None:
+    run(store, [page("a", 30), page("b", 3), page("c", 3)])
+    shrunk = [page("a", 8), page("b", 4), page("c", 3)]
+    outcomes = run(store, shrunk)
+    assert [(o.outcome.status, o.outcome.removed > 0) for o in outcomes] == [
+        ("updated", True),
+        ("updated", False),
+        ("unchanged", False),
+    ]
+    assert assert_whole_or_absent(store, shrunk) == {"a", "b", "c"}
+    assert {name: len(chunks) for name, chunks in files(store).items()} == {
+        name: len(chunks) for name, chunks, _ in shrunk
+    }

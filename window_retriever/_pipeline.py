@@ -1,0 +1,300 @@
+"""Ingesting many sources at once: loading, embedding and writing overlap.
+
+:func:`window_retriever._ingest.ingest_sources` runs this: a loader thread splits the next
+sources, this thread plans each one (what :func:`sync_file` would write), an embedding thread
+embeds the chunks of every source that is ready in one call, and a writer thread writes the
+sources before, each whole and in order. Outcomes come in source order.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import queue
+import threading
+from collections import deque
+from collections.abc import Iterator, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+from langchain_core.documents import Document
+
+from window_retriever._errors import OwnershipError
+from window_retriever._ids import FILE_ID
+from window_retriever._ingest import (
+    OWNER_KEYS,
+    FileOutcome,
+    Plan,
+    SourceOutcome,
+    apply_plan,
+    batch_size_for,
+    outcome_of,
+    plan_file,
+    store_chunks,
+)
+from window_retriever._loaders import LoadOptions, load_sources
+from window_retriever._splitter import WindowSplitter
+
+_T = TypeVar("_T")
+
+AHEAD = 4
+"""Sources loaded and split ahead of the one being planned."""
+GROUP = 128
+"""Chunks embedded in one call when several sources are ready (small pages fill batches)."""
+WRITES_AHEAD = 64
+"""Sources embedded and waiting for the writer (it writes faster than the model embeds)."""
+
+Split = tuple[str, list[Document] | None, str | None]
+
+
+def split_sources(
+    sources: Sequence[str],
+    splitter: WindowSplitter,
+    options: LoadOptions,
+    metadata: Mapping[str, Any] | None,
+) -> Iterator[Split]:
+    """Load each source in turn and split it: ``(name, chunks, None)``, or its error."""
+    for loaded in load_sources(sources, options):
+        if loaded.document is None:
+            yield loaded.name, None, loaded.error
+            continue
+        loaded.document.metadata.update(metadata or {})
+        yield loaded.name, splitter.split_documents([loaded.document]), None
+
+
+def writes_vectors(vectorstore: Any) -> Any:
+    """The store's embeddings when it can take vectors directly (LangChain's Chroma), or None."""
+    embeddings = getattr(vectorstore, "embeddings", None)
+    collection = getattr(vectorstore, "_collection", None)
+    if embeddings is None or not callable(getattr(collection, "upsert", None)):
+        return None
+    return embeddings
+
+
+def pipelined(vectorstore: Any, embeddings: Any, ahead: Ahead[Split]) -> Iterator[SourceOutcome]:
+    """Plan here, embed on an embedding thread, write on a writer thread; outcomes in order."""
+    size = batch_size_for(vectorstore, None)
+    writer = Writer(vectorstore, size)
+    outcomes: deque[Future[SourceOutcome]] = deque()
+    group: list[tuple[Future[SourceOutcome], str, Plan]] = []
+    in_flight: list[tuple[frozenset[Any], Future[SourceOutcome]]] = []
+
+    embedding = ThreadPoolExecutor(max_workers=1, thread_name_prefix="window-retriever-embed")
+    embedded: deque[Future[Any]] = deque()
+
+    def embed_group() -> None:
+        if not group:
+            return
+        texts = [c.page_content for _, _, plan in group for c in plan.documents()]
+        while len(embedded) >= 2:  # one group embedding, one waiting: plan no further ahead
+            concurrent.futures.wait([embedded.popleft()])
+        vectors = embedding.submit(embeddings.embed_documents, texts)
+        embedded.append(vectors)
+        begin = 0
+        for future, name, plan in group:
+            end = begin + len(plan.documents())
+            writer.put(Write(future, name, plan, vectors, begin, end))
+            begin = end
+        group.clear()
+
+    try:
+        for name, chunks, error in _failing_in_place(ahead, outcomes):
+            future: Future[SourceOutcome] = Future()
+            outcomes.append(future)
+            if chunks is None:
+                future.set_result(SourceOutcome(name, error=error))
+            elif not chunks:
+                future.set_result(SourceOutcome(name, outcome=FileOutcome("unchanged", 0, 0, 0)))
+            else:
+                keys = _keys(chunks)
+                waits = [job for held, job in in_flight if held & keys]
+                if waits:  # the same file or source is still being written: let it finish
+                    embed_group()
+                    concurrent.futures.wait(waits)
+                try:
+                    plan = plan_file(vectorstore, chunks, OWNER_KEYS, replace_source_copies=True)
+                except OwnershipError as failure:
+                    future.set_result(SourceOutcome(name, error=str(failure)))
+                except Exception as failure:  # raised in its place, after the sources before
+                    future.set_exception(failure)
+                    break
+                else:
+                    if plan.documents() or plan.stale:
+                        group.append((future, name, plan))
+                        in_flight.append((keys, future))
+                    else:
+                        future.set_result(
+                            SourceOutcome(name, outcome=apply_plan(vectorstore, plan, size))
+                        )
+            if group and (
+                sum(len(plan.documents()) for _, _, plan in group) >= GROUP or not ahead.ready()
+            ):
+                embed_group()
+            in_flight = [(held, job) for held, job in in_flight if not job.done()]
+            while outcomes and outcomes[0].done():
+                yield outcomes.popleft().result()
+        embed_group()
+        while outcomes:
+            yield outcomes.popleft().result()
+    finally:
+        embedding.shutdown(wait=False, cancel_futures=True)  # no other group starts
+        writer.close()
+        embedding.shutdown(wait=True)
+
+
+def _failing_in_place(
+    ahead: Ahead[Split], outcomes: deque[Future[SourceOutcome]]
+) -> Iterator[Split]:
+    """The loaded sources; a loader error becomes a failed outcome in its place, then stops."""
+    try:
+        yield from ahead
+    except Exception as error:
+        failed: Future[SourceOutcome] = Future()
+        failed.set_exception(error)
+        outcomes.append(failed)
+
+
+def _keys(chunks: Sequence[Document]) -> frozenset[Any]:
+    first = chunks[0].metadata
+    return frozenset({(FILE_ID, repr(first.get(FILE_ID))), ("source", repr(first.get("source")))})
+
+
+@dataclass(frozen=True, slots=True)
+class Write:
+    """One source for the writer: its plan, and where its vectors are in its group's."""
+
+    future: Future[SourceOutcome]
+    name: str
+    plan: Plan
+    vectors: Future[Any]
+    begin: int
+    end: int
+
+
+class Writer:
+    """One thread that writes planned sources in order, each whole, with their vectors.
+
+    The sources waiting when it starts a write are written together, in one upsert (each
+    one's first chunk after its others), except a source with chunks to delete, which is
+    written alone: its first chunk must follow its deletes. Per-call costs of the store then
+    do not add up over small pages.
+    """
+
+    def __init__(self, vectorstore: Any, size: int) -> None:
+        self._vectorstore = vectorstore
+        self._size = size
+        self._queue: queue.Queue[Write | None] = queue.Queue(maxsize=WRITES_AHEAD)
+        self._stopping = threading.Event()
+        self._thread = threading.Thread(
+            target=self._run, name="window-retriever-write", daemon=True
+        )
+        self._thread.start()
+
+    def put(self, write: Write) -> None:
+        self._queue.put(write)
+
+    def _run(self) -> None:
+        ending = False
+        while not ending:
+            waiting = [self._queue.get()]
+            first = waiting[0]
+            if first is not None:  # its group is embedding: the rest of the group comes meanwhile
+                concurrent.futures.wait([first.vectors])
+            while waiting[-1] is not None and len(waiting) < WRITES_AHEAD:
+                try:
+                    waiting.append(self._queue.get_nowait())
+                except queue.Empty:
+                    break
+            together: list[Write] = []
+            for write in waiting:
+                if write is None:
+                    ending = True
+                elif self._stopping.is_set() or not write.future.set_running_or_notify_cancel():
+                    write.future.cancel()
+                elif write.plan.stale:
+                    self._write(together)
+                    together = []
+                    self._write([write])
+                else:
+                    together.append(write)
+            self._write(together)
+
+    def _write(self, writes: list[Write]) -> None:
+        ready: list[tuple[Write, Any]] = []
+        for write in writes:
+            try:
+                ready.append((write, write.vectors.result()[write.begin : write.end]))
+            except BaseException as error:  # its embedding failed: in this source's place
+                write.future.set_exception(error)
+        try:
+            if len(ready) == 1:
+                write, vectors = ready[0]
+                apply_plan(self._vectorstore, write.plan, self._size, vectors)
+            elif ready:
+                chunks = [c for write, _ in ready for c in write.plan.documents()]
+                vectors = [v for _, vs in ready for v in vs]
+                store_chunks(self._vectorstore, chunks, self._size, vectors)
+        except BaseException as error:  # handed to the caller, in these sources' places
+            for write, _ in ready:
+                write.future.set_exception(error)
+        else:
+            for write, _ in ready:
+                write.future.set_result(SourceOutcome(write.name, outcome=outcome_of(write.plan)))
+
+    def close(self) -> None:
+        """Finish the sources being written, drop the others (when stopped early), and end."""
+        self._stopping.set()
+        self._queue.put(None)
+        self._thread.join()
+
+
+class Ahead(Generic[_T]):
+    """Items produced on a background thread, in order, up to ``size`` ahead of the consumer.
+
+    An exception of the producer is raised in its place. :meth:`close` stops the producer at
+    its next item.
+    """
+
+    def __init__(self, items: Iterator[_T], size: int) -> None:
+        self._queue: queue.Queue[tuple[bool, Any]] = queue.Queue(maxsize=size)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(
+            target=self._produce, args=(items,), name="window-retriever-load", daemon=True
+        )
+        self._thread.start()
+
+    def __iter__(self) -> Iterator[_T]:
+        while True:
+            ok, value = self._queue.get()
+            if ok:
+                yield value
+            elif value is None:
+                return
+            else:
+                raise value
+
+    def ready(self) -> bool:
+        """True when the next item (or the end) is waiting."""
+        return not self._queue.empty()
+
+    def close(self) -> None:
+        self._stop.set()
+
+    def _produce(self, items: Iterator[_T]) -> None:
+        try:
+            for item in items:
+                if not self._put((True, item)):
+                    return
+        except BaseException as error:  # handed to the consumer, whatever it is
+            self._put((False, error))
+            return
+        self._put((False, None))
+
+    def _put(self, entry: tuple[bool, Any]) -> bool:
+        while not self._stop.is_set():
+            try:
+                self._queue.put(entry, timeout=0.1)
+            except queue.Full:
+                continue
+            return True
+        return False
