@@ -55,6 +55,22 @@ def unique(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:8]}"
 
 
+def new_tenant_and_database(chroma_server: str) -> tuple[str, str]:
+    """Create a fresh tenant with a fresh database on the server; return their names."""
+    parts = urlsplit(chroma_server)
+    admin = chromadb.AdminClient(
+        Settings(
+            chroma_api_impl="chromadb.api.fastapi.FastAPI",
+            chroma_server_host=parts.hostname,
+            chroma_server_http_port=parts.port,
+        )
+    )
+    tenant, database = unique("tenant"), unique("db")
+    admin.create_tenant(tenant)
+    admin.create_database(database, tenant=tenant)
+    return tenant, database
+
+
 @pytest.mark.parametrize(
     ("header", "sent"),
     [("Authorization", f"Bearer {TOKEN}"), ("X-Chroma-Token", TOKEN)],
@@ -116,17 +132,7 @@ def test_a_password_never_appears_in_a_message(guarded_server: Guard) -> None:
 
 
 def test_tenant_and_database_are_passed_through(chroma_server: str) -> None:
-    parts = urlsplit(chroma_server)
-    admin = chromadb.AdminClient(
-        Settings(
-            chroma_api_impl="chromadb.api.fastapi.FastAPI",
-            chroma_server_host=parts.hostname,
-            chroma_server_http_port=parts.port,
-        )
-    )
-    tenant, database = unique("tenant"), unique("db")
-    admin.create_tenant(tenant)
-    admin.create_database(database, tenant=tenant)
+    tenant, database = new_tenant_and_database(chroma_server)
     embeddings = DeterministicFakeEmbedding(size=32)
     name = unique("tenancy")
     store = open_store(
@@ -345,17 +351,7 @@ def test_filters_hold_on_the_async_server_path(chroma_server: str, options: dict
 
 
 def test_async_reads_the_tenant_and_database_the_store_was_opened_in(chroma_server: str) -> None:
-    parts = urlsplit(chroma_server)
-    admin = chromadb.AdminClient(
-        Settings(
-            chroma_api_impl="chromadb.api.fastapi.FastAPI",
-            chroma_server_host=parts.hostname,
-            chroma_server_http_port=parts.port,
-        )
-    )
-    tenant, database = unique("tenant"), unique("db")
-    admin.create_tenant(tenant)
-    admin.create_database(database, tenant=tenant)
+    tenant, database = new_tenant_and_database(chroma_server)
     name, embeddings = unique("same-name"), DeterministicFakeEmbedding(size=32)
     decoy = open_store(url=chroma_server, collection=name, create=True, embeddings=embeddings)
     decoy.add_texts(["DECOY text in the default tenant"], ids=["decoy"])
