@@ -8,39 +8,98 @@ Open a Chroma store (a directory or a server) with :func:`open_store`, split wit
 draw what was retrieved with :func:`plot_window_map`.
 """
 
-from window_retriever import citations, evaluation, plotting
-from window_retriever._embeddings import MiniLMEmbeddings, default_embeddings
-from window_retriever._errors import (
-    ConfigurationError,
-    MissingWindowMetadataError,
-    OwnershipError,
-    StoreError,
-    WindowRetrieverError,
-)
-from window_retriever._ingest import add_chunks, sync_file
-from window_retriever._loaders import LoadOptions, load_file
-from window_retriever._open import open_store
-from window_retriever._retriever import ContextWindowRetriever
-from window_retriever._splitter import WindowSplitter
-from window_retriever._stores import (
-    ChromaWindowStore,
-    Embedded,
-    EmbeddingWindowStore,
-    Fetch,
-    IdSearchStore,
-    Search,
-    SearchIds,
-    WindowStore,
-)
+from typing import TYPE_CHECKING
+
 from window_retriever._version import __version__
-from window_retriever.citations import (
-    CITATION_PROMPT,
-    answer_with_sources,
-    citation_sources,
-    format_with_citations,
-)
-from window_retriever.evaluation import evaluate, read_questions
-from window_retriever.plotting import plot_window_map
+
+if TYPE_CHECKING:  # what the names are; at run time each is imported on first use
+    from window_retriever import citations, evaluation, plotting
+    from window_retriever._embeddings import MiniLMEmbeddings, default_embeddings
+    from window_retriever._errors import (
+        ConfigurationError,
+        MissingWindowMetadataError,
+        OwnershipError,
+        StoreError,
+        WindowRetrieverError,
+    )
+    from window_retriever._ingest import add_chunks, sync_file
+    from window_retriever._loaders import LoadOptions, load_file
+    from window_retriever._open import open_store
+    from window_retriever._retriever import ContextWindowRetriever
+    from window_retriever._splitter import WindowSplitter
+    from window_retriever._stores import (
+        ChromaWindowStore,
+        Embedded,
+        EmbeddingWindowStore,
+        Fetch,
+        IdSearchStore,
+        Search,
+        SearchIds,
+        WindowStore,
+    )
+    from window_retriever.citations import (
+        CITATION_PROMPT,
+        answer_with_sources,
+        citation_sources,
+        format_with_citations,
+    )
+    from window_retriever.evaluation import evaluate, read_questions
+    from window_retriever.plotting import plot_window_map
+
+_WHERE = {
+    "CITATION_PROMPT": "window_retriever.citations",
+    "ChromaWindowStore": "window_retriever._stores",
+    "ConfigurationError": "window_retriever._errors",
+    "ContextWindowRetriever": "window_retriever._retriever",
+    "Embedded": "window_retriever._stores",
+    "EmbeddingWindowStore": "window_retriever._stores",
+    "Fetch": "window_retriever._stores",
+    "IdSearchStore": "window_retriever._stores",
+    "LoadOptions": "window_retriever._loaders",
+    "MiniLMEmbeddings": "window_retriever._embeddings",
+    "MissingWindowMetadataError": "window_retriever._errors",
+    "OwnershipError": "window_retriever._errors",
+    "Search": "window_retriever._stores",
+    "SearchIds": "window_retriever._stores",
+    "StoreError": "window_retriever._errors",
+    "WindowRetrieverError": "window_retriever._errors",
+    "WindowSplitter": "window_retriever._splitter",
+    "WindowStore": "window_retriever._stores",
+    "add_chunks": "window_retriever._ingest",
+    "answer_with_sources": "window_retriever.citations",
+    "citation_sources": "window_retriever.citations",
+    "citations": "window_retriever.citations",
+    "default_embeddings": "window_retriever._embeddings",
+    "evaluate": "window_retriever.evaluation",
+    "evaluation": "window_retriever.evaluation",
+    "format_with_citations": "window_retriever.citations",
+    "load_file": "window_retriever._loaders",
+    "open_store": "window_retriever._open",
+    "plot_window_map": "window_retriever.plotting",
+    "plotting": "window_retriever.plotting",
+    "read_questions": "window_retriever.evaluation",
+    "sync_file": "window_retriever._ingest",
+}
+"""Where each public name lives: ``import window_retriever`` imports none of them (the command
+line starts at once, and a retriever does not pay for plotting or evaluation)."""
+
+
+def __getattr__(name: str) -> object:
+    module = _WHERE.get(name)
+    if module is None:
+        msg = f"module 'window_retriever' has no attribute {name!r}"
+        raise AttributeError(msg)
+    import importlib
+
+    found = importlib.import_module(module)
+    value = found if module == f"window_retriever.{name}" else getattr(found, name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return list(__all__)
+
 
 __all__ = [
     "CITATION_PROMPT",

@@ -13,14 +13,13 @@ import math
 import os
 import re
 import sys
+import threading
 import time
 import traceback
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, NoReturn, TextIO
-
-from langchain_core.documents import Document
+from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 
 from window_retriever._errors import ConfigurationError, StoreError, WindowRetrieverError
 from window_retriever._open import (
@@ -34,6 +33,9 @@ from window_retriever._open import (
 )
 from window_retriever._version import __version__
 from window_retriever._windows import DEFAULT_WINDOW_BUDGET
+
+if TYPE_CHECKING:  # the command starts without LangChain: an early Ctrl-C is handled too
+    from langchain_core.documents import Document
 
 PROG = "window-retriever"
 DEMO_QUESTION = (
@@ -156,6 +158,12 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="keep the stored files that are gone from (or empty in) a directory given again "
         "(default: remove them, so the store matches the directory)",
+    )
+    ingest.add_argument(
+        "--origin",
+        metavar="NAME",
+        help="name this machine's copy of the directories, for pruning (default: derived "
+        "from the machine and the directory; name it where machines are rebuilt)",
     )
     ingest.add_argument(
         "--wait",
@@ -309,7 +317,13 @@ def _window_arguments(parser: argparse.ArgumentParser, *, k: int) -> None:
 
 
 def _ingest(args: argparse.Namespace) -> int:
-    from window_retriever._ingest import OWNER_KEYS, ingest_sources, prune_missing
+    from window_retriever._ingest import (
+        OWNER_KEYS,
+        directory_origin,
+        ingest_sources,
+        origins_of,
+        prune_missing,
+    )
     from window_retriever._loaders import EMPTY, GONE, LoadOptions, expand, is_url
     from window_retriever._splitter import WindowSplitter
 
@@ -321,6 +335,8 @@ def _ingest(args: argparse.Namespace) -> int:
     window_splitter = WindowSplitter(splitter, file_id_keys=("source", *owners))
     if not all(math.isfinite(v) and v > 0 for v in (args.timeout, args.rate, args.max_size_mb)):
         raise CommandError("--timeout, --rate and --max-size-mb must be positive numbers")
+    if args.origin is not None and not args.origin.strip():
+        raise CommandError("--origin takes a name, e.g. --origin build-server-docs")
     options = LoadOptions(
         selectors=args.selector,
         timeout=args.timeout,
@@ -333,8 +349,11 @@ def _ingest(args: argparse.Namespace) -> int:
     except ValueError as error:
         raise CommandError(str(error)) from None
     directories = [spec for spec in args.sources if not is_url(spec) and _is_directory(spec)]
+    # What a directory run owns: the files it reads below the directory, stamped with this
+    # machine's copy of it; pruning removes only those (never the API's, another machine's).
+    origins = origins_of([spec for spec in specs if not is_url(spec)], directories, args.origin)
     counts = dict.fromkeys(
-        ("added", "updated", "unchanged", "failed", "written", "removed", "gone"), 0
+        ("added", "updated", "unchanged", "empty", "failed", "written", "removed", "gone"), 0
     )
     present: set[str] = set()
     with _opened_for_writing(args) as store, _Progress(len(specs)) as progress:
@@ -342,28 +361,37 @@ def _ingest(args: argparse.Namespace) -> int:
             counts["failed"] += 1
             progress.line(f"failed    {folder}: cannot list this folder (kept as stored)")
         results = ingest_sources(
-            store, specs, splitter=window_splitter, options=options, metadata=metadata
+            store,
+            specs,
+            splitter=window_splitter,
+            options=options,
+            metadata=metadata,
+            origins=origins,
+            progress=progress,
         )
         for result in results:
+            progress.source_done()
             outcome = result.outcome
             if outcome is None:
                 if result.error not in (GONE, EMPTY):
                     present.add(os.path.abspath(result.name))  # failed now, kept as it was
+                if result.error == EMPTY:  # an empty file; "no text" after --selector fails
+                    counts["empty"] += 1
+                    progress.line(f"skipped   {result.name}: empty (no text)")
+                    continue
                 counts["failed"] += 1
                 progress.line(f"failed    {result.name}: {_cli_words(result.error or '')}")
-                progress.advance(0)
                 continue
             present.add(os.path.abspath(result.name))
             counts[outcome.status] += 1
             counts["written"] += outcome.written
             counts["removed"] += outcome.removed
-            detail = f"{outcome.chunks} chunks"
+            detail = _count(outcome.chunks, "chunk")
             if outcome.status == "unchanged":
                 detail += ", nothing embedded"
             elif outcome.written != outcome.chunks or outcome.removed:
                 detail += f", {outcome.written} written, {outcome.removed} removed"
             progress.line(f"{outcome.status:<9} {result.name}: {detail}")
-            progress.advance(outcome.written)
         if not args.keep_missing:
             owner = {key: metadata[key] for key in owners}
             for directory in directories:
@@ -371,6 +399,7 @@ def _ingest(args: argparse.Namespace) -> int:
                     store,
                     directory,
                     present,
+                    origin=args.origin or directory_origin(directory),
                     owner=owner,
                     skip=unreadable,
                     listed=[spec for spec in specs if not is_url(spec)],
@@ -378,15 +407,23 @@ def _ingest(args: argparse.Namespace) -> int:
                 for pruned in gone:
                     counts["gone"] += 1
                     counts["removed"] += pruned.chunks
-                    progress.line(f"removed   {pruned.source}: gone ({pruned.chunks} chunks)")
+                    progress.line(
+                        f"removed   {pruned.source}: gone ({_count(pruned.chunks, 'chunk')})"
+                    )
     ingested = counts["added"] + counts["updated"]
     print(
-        f"{len(specs)} sources: {ingested} ingested ({counts['added']} added, "
+        f"{_count(len(specs), 'source')}: {ingested} ingested ({counts['added']} added, "
         f"{counts['updated']} updated), {counts['unchanged']} skipped (unchanged), "
-        f"{counts['failed']} failed, {counts['gone']} gone (removed); "
-        f"{counts['written']} chunks written, {counts['removed']} removed"
+        f"{counts['empty']} skipped (empty), {counts['failed']} failed, "
+        f"{counts['gone']} gone (removed); "
+        f"{_count(counts['written'], 'chunk')} written, {counts['removed']} removed"
     )
     return EXIT_SOURCES_FAILED if counts["failed"] else EXIT_OK
+
+
+def _count(number: int, noun: str) -> str:
+    """``1 chunk``, ``2 chunks``."""
+    return f"{number} {noun}{'' if number == 1 else 's'}"
 
 
 def _query(args: argparse.Namespace) -> int:
@@ -621,6 +658,8 @@ def _parse_metadata(pairs: Sequence[str]) -> dict[str, str]:
         "chunk_index",
         "start_index",
         "file_version",
+        "file_chunks",
+        "ingest_origin",
     }
     if reserved:
         raise CommandError(
@@ -672,16 +711,23 @@ def _store(args: argparse.Namespace, *, create: bool) -> Any:
 
 
 class _Progress:
-    """A progress bar on a terminal (pages and chunks); plain lines otherwise."""
+    """A progress bar on a terminal; plain lines otherwise.
 
-    def __init__(self, total: int, stream: TextIO | None = None) -> None:
+    The bar counts the chunks written out of those planned, with their rate (embedding is the
+    slow part, so a long file shows movement), and the sources done. The ingest threads tell
+    it of chunks.
+    """
+
+    def __init__(self, sources: int, stream: TextIO | None = None) -> None:
         self.stream = stream or sys.stderr
         self.bar: Any = None
+        self.sources, self.done = sources, 0
+        self._lock = threading.Lock()
         if self.stream.isatty():
             from tqdm import tqdm
 
-            self.bar = tqdm(total=total, unit="page", file=self.stream, dynamic_ncols=True)
-            self.chunks = 0
+            self.bar = tqdm(total=0, unit="chunk", file=self.stream, dynamic_ncols=True)
+            self._show_sources()
 
     def __enter__(self) -> _Progress:
         return self
@@ -692,15 +738,31 @@ class _Progress:
 
     def line(self, text: str) -> None:
         if self.bar is not None:
-            self.bar.write(text, file=sys.stdout)
+            with self._lock:
+                self.bar.write(text, file=sys.stdout)
         else:
             print(text, flush=True)
 
-    def advance(self, chunks: int) -> None:
+    def planned(self, chunks: int) -> None:
         if self.bar is not None:
-            self.chunks += chunks
-            self.bar.set_postfix_str(f"{self.chunks} chunks embedded")
-            self.bar.update(1)
+            with self._lock:
+                self.bar.total += chunks
+                self.bar.refresh()
+
+    def written(self, chunks: int) -> None:
+        if self.bar is not None:
+            with self._lock:
+                self.bar.update(chunks)
+
+    def source_done(self) -> None:
+        self.done += 1
+        if self.bar is not None:
+            with self._lock:
+                self._show_sources()
+
+    def _show_sources(self) -> None:
+        noun = "source" if self.sources == 1 else "sources"
+        self.bar.set_postfix_str(f"{self.done}/{self.sources} {noun}")
 
 
 def _print_windows(docs: Sequence[Document], out: TextIO) -> None:

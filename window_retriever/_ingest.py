@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import os
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+import socket
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from langchain_core.documents import Document
 
@@ -14,6 +17,9 @@ from window_retriever._errors import ConfigurationError, OwnershipError
 from window_retriever._ids import CHUNK_ID, CHUNK_INDEX, FILE_ID, FILE_VERSION
 from window_retriever._loaders import LoadOptions
 from window_retriever._splitter import WindowSplitter
+
+if TYPE_CHECKING:
+    from window_retriever._pipeline import IngestProgress
 
 _FALLBACK_BATCH_SIZE = 5000
 MAX_IDS_PER_CALL = 32_762
@@ -23,6 +29,13 @@ FILE_CHUNKS = "file_chunks"
 """Metadata that :func:`sync_file` stamps on a file's first chunk, which it writes last: how
 many chunks the file has. It says the write of that version finished: with every chunk of
 the version stored, the file is unchanged without a metadata query."""
+
+INGEST_ORIGIN = "ingest_origin"
+"""Metadata that a directory ingest stamps on every chunk of the files it lists: which copy of
+the directory (this machine's, see :func:`directory_origin`) the file was read from. Pruning
+removes only files with the run's own origin; chunks written through the API carry none and
+are never pruned or replaced by a directory run. It is not part of the file's version: a run
+that finds a file unchanged under another origin restamps it (metadata only, no embedding)."""
 
 OWNER_KEYS = (
     "tenant",
@@ -61,7 +74,13 @@ def add_chunks(
             written then.
     """
     ids = _chunk_ids(chunks)
-    store_chunks(vectorstore, chunks, batch_size_for(vectorstore, batch_size))
+    size = batch_size_for(vectorstore, batch_size)
+    if callable(getattr(vectorstore, "get", None)):  # a store that merges metadata on upsert
+        found = _get_by_ids(vectorstore, ids)
+        chunks = [
+            exactly(chunk, found.get(chunk_id)) for chunk, chunk_id in zip(chunks, ids, strict=True)
+        ]
+    store_chunks(vectorstore, chunks, size)
     return ids
 
 
@@ -115,6 +134,20 @@ def store_chunks(
                 metadatas=[chunk.metadata for chunk in part],
                 documents=[chunk.page_content for chunk in part],
             )
+
+
+def exactly(chunk: Document, stored: Mapping[str, Any] | None) -> Document:
+    """``chunk``, with ``None`` for every key its stored record has and it has not.
+
+    Chroma's upsert merges metadata: a key the new version no longer carries would stay on the
+    stored record (a removed ``public=yes`` would go on matching a filter). An upsert with the
+    key set to ``None`` removes it, in the same write as the rest of the new version.
+    """
+    gone = [key for key in stored or {} if key not in chunk.metadata]
+    if not gone:
+        return chunk
+    metadata = {**chunk.metadata, **dict.fromkeys(gone)}
+    return Document(page_content=chunk.page_content, metadata=metadata, id=chunk.id)
 
 
 def _max_batch_size(vectorstore: Any) -> int:
@@ -233,6 +266,10 @@ class Plan:
     """Ids to delete between the two: a shrunk file's tail, copies under older file ids."""
     chunks: int
     existed: bool
+    restamp: list[str] = field(default_factory=list)
+    """Ids of chunks that are current but carry another ``ingest_origin``: their stamp is set
+    to this run's, without embedding them again."""
+    origin: str | None = None
 
     def documents(self) -> list[Document]:
         """Every chunk to embed and write, in the order they are written."""
@@ -261,13 +298,15 @@ def plan_file(
     first = chunks[head].metadata
     owner = {key: first.get(key) for key in owner_keys}
     mark = {FILE_ID: file_id, FILE_VERSION: version, **owner}
+    origin = first.get(INGEST_ORIGIN)
     found = _get_by_ids(vectorstore, ids)
     if (
         len(found) == len(ids)
         and all(_matches(metadata, mark) for metadata in found.values())
         and found[ids[head]].get(FILE_CHUNKS) == len(chunks)
     ):
-        return Plan([], None, [], len(chunks), existed=True)
+        restamp = _restamps(found, ids, origin)
+        return Plan([], None, [], len(chunks), existed=True, restamp=restamp, origin=origin)
 
     source = first.get("source")
     where: dict[str, Any] = {FILE_ID: file_id}
@@ -285,8 +324,8 @@ def plan_file(
             if not same_owner:
                 raise OwnershipError(_owner_message(str(file_id), source, metadata, owner))
             stored[chunk_id] = metadata
-        elif same_owner:
-            copies.append(chunk_id)  # the same source of the same owner under an old file id
+        elif same_owner and origin is not None and metadata.get(INGEST_ORIGIN) == origin:
+            copies.append(chunk_id)  # the same source, as this run read it, under an old file id
     todo = [
         number
         for number, chunk_id in enumerate(ids)
@@ -300,13 +339,28 @@ def plan_file(
         metadata={**first, FILE_CHUNKS: len(chunks)},
         id=ids[head],
     )
+    rewritten = {*todo, head}
+    kept = {chunk_id: stored[chunk_id] for n, chunk_id in enumerate(ids) if n not in rewritten}
+    if whole:
+        kept[ids[head]] = stored_head
     return Plan(
-        body=[chunks[n] for n in todo],
-        head=None if whole else marked,
+        body=[exactly(chunks[n], stored.get(ids[n])) for n in todo],
+        head=None if whole else exactly(marked, stored_head),
         stale=stale,
         chunks=len(chunks),
         existed=bool(stored or copies),
+        restamp=_restamps(kept, [i for i in ids if i in kept], origin),
+        origin=origin,
     )
+
+
+def _restamps(
+    stored: Mapping[str, Mapping[str, Any]], ids: Sequence[str], origin: Any
+) -> list[str]:
+    """Which of ``ids``, stored and current, carry another origin than this run's."""
+    if origin is None:
+        return []
+    return [chunk_id for chunk_id in ids if stored[chunk_id].get(INGEST_ORIGIN) != origin]
 
 
 def apply_plan(
@@ -321,18 +375,70 @@ def apply_plan(
     read again, so a tail left by a killed run would stay); with nothing to delete it goes
     last in the body's writes, in one embedding call with them.
     """
-    if not plan.stale:
-        store_chunks(vectorstore, plan.documents(), size, vectors)
+    if vectors is None:
+        if not plan.stale:
+            store_chunks(vectorstore, plan.documents(), size)
+        else:
+            if plan.body:
+                store_chunks(vectorstore, plan.body, size)
+            _delete(vectorstore, plan.stale)
+            if plan.head is not None:
+                store_chunks(vectorstore, [plan.head], size)
+        _restamp(vectorstore, plan)
     else:
-        body = head = None
-        if vectors is not None:
-            body, head = vectors[: len(plan.body)], vectors[len(plan.body) :]
-        if plan.body:
-            store_chunks(vectorstore, plan.body, size, body)
-        _delete(vectorstore, plan.stale)
-        if plan.head is not None:
-            store_chunks(vectorstore, [plan.head], size, head)
+        write_plan(vectorstore, plan, size, [vectors])
     return outcome_of(plan)
+
+
+def write_plan(
+    vectorstore: Any,
+    plan: Plan,
+    size: int,
+    parts: Iterable[Sequence[Sequence[float]]],
+    written: Callable[[int], None] | None = None,
+) -> None:
+    """Write a plan whose vectors arrive in ``parts``, each part's chunks as soon as it comes.
+
+    The parts are the vectors of :meth:`Plan.documents`, in order. The body is written part
+    by part (what a run stopped half-way has written stays, and the next run does not embed
+    it again), then the deletes, then the first chunk: with nothing to delete, in the last
+    part's write. ``written`` is told how many chunks each write stored.
+    """
+    documents = plan.documents()
+    done = 0
+    head_vector: Sequence[float] | None = None
+    for part in parts:
+        chunks = documents[done : done + len(part)]
+        vectors = list(part)
+        done += len(part)
+        if plan.stale and plan.head is not None and done == len(documents):
+            head_vector = vectors.pop()  # the mark waits for the deletes
+            chunks = chunks[:-1]
+        if chunks:
+            store_chunks(vectorstore, chunks, size, vectors)
+            if written is not None:
+                written(len(chunks))
+    if done != len(documents):
+        msg = f"write_plan got vectors for {done} of the plan's {len(documents)} chunks"
+        raise ValueError(msg)
+    if plan.stale:
+        _delete(vectorstore, plan.stale)
+    if plan.head is not None and head_vector is not None:
+        store_chunks(vectorstore, [plan.head], size, [head_vector])
+        if written is not None:
+            written(1)
+    _restamp(vectorstore, plan)
+
+
+def _restamp(vectorstore: Any, plan: Plan) -> None:
+    """Set this run's origin on the plan's current chunks that carry another (metadata only)."""
+    update = getattr(getattr(vectorstore, "_collection", None), "update", None)
+    if not plan.restamp or not callable(update):
+        return  # a store that cannot update metadata alone keeps the old stamp
+    size = _id_batch_size(vectorstore)
+    for begin in range(0, len(plan.restamp), size):
+        ids = plan.restamp[begin : begin + size]
+        update(ids=ids, metadatas=[{INGEST_ORIGIN: plan.origin}] * len(ids))
 
 
 def outcome_of(plan: Plan) -> FileOutcome:
@@ -380,6 +486,8 @@ def ingest_sources(
     splitter: WindowSplitter,
     options: LoadOptions,
     metadata: Mapping[str, Any] | None = None,
+    origins: Mapping[str, str] | None = None,
+    progress: IngestProgress | None = None,
 ) -> Iterator[SourceOutcome]:
     """Load, split and :func:`sync_file` each source (URL or file); outcomes in source order.
 
@@ -394,19 +502,28 @@ def ingest_sources(
 
     A source that cannot be loaded, or whose chunks may not be written (another owner's
     file), is yielded with its error and the others go on; any other error is raised in its
-    place, after the sources before it. When the caller stops or is interrupted, the sources
-    being written are finished and no other starts. ``metadata`` is stamped on every chunk.
+    place, after the sources before it. When the caller stops or is interrupted, the part
+    being written is finished and nothing else starts; what was written stays (a long file
+    is written in parts of a few hundred chunks, and the next run embeds only the rest).
+
+    ``metadata`` is stamped on every chunk; the ``ingest_origin`` of ``origins`` (see
+    :func:`origins_of`) on the chunks of those sources, which :func:`prune_missing` may
+    later remove. ``progress`` is told of the chunks planned and written, as they are.
     """
     from window_retriever._pipeline import AHEAD, Ahead, pipelined, split_sources, writes_vectors
 
-    ahead = Ahead(split_sources(sources, splitter, options, metadata), AHEAD)
+    ahead = Ahead(split_sources(sources, splitter, options, metadata, origins), AHEAD)
     try:
         embeddings = writes_vectors(vectorstore)
         if embeddings is None:
             for name, chunks, error in ahead:
-                yield _sync_source(vectorstore, name, chunks, error)
+                outcome = _sync_source(vectorstore, name, chunks, error)
+                if progress is not None and outcome.outcome is not None:
+                    progress.planned(outcome.outcome.written)
+                    progress.written(outcome.outcome.written)
+                yield outcome
         else:
-            yield from pipelined(vectorstore, embeddings, ahead)
+            yield from pipelined(vectorstore, embeddings, ahead, progress)
     finally:
         ahead.close()
 
@@ -423,6 +540,53 @@ def _sync_source(
     return SourceOutcome(name, outcome=outcome)
 
 
+def directory_origin(directory: str | Path) -> str:
+    """This machine's copy of ``directory``: the ``ingest_origin`` of the files read below it.
+
+    A hash of the machine (``/etc/machine-id`` and the host name) and of the directory itself
+    (its device and inode): another machine, or another directory mounted at the same path,
+    has another origin, so a run there never prunes what was read here. A directory that is
+    re-created, moved to another disk or read on a renamed host gets a new origin: the next
+    run stamps the files it finds with it (no embedding), and files deleted before that run
+    are no longer pruned by it (they stay until deleted by hand).
+    """
+    status = os.stat(directory)
+    payload = f"{_machine()}\0{status.st_dev}\0{status.st_ino}"
+    return hashlib.sha256(payload.encode("utf-8", "surrogateescape")).hexdigest()[:16]
+
+
+def _machine() -> str:
+    for path in ("/etc/machine-id", "/var/lib/dbus/machine-id"):
+        with contextlib.suppress(OSError):
+            machine = Path(path).read_text(encoding="ascii", errors="replace").strip()
+            if machine:
+                return f"{machine}@{socket.gethostname()}"
+    return socket.gethostname()
+
+
+def origins_of(
+    sources: Sequence[str], directories: Sequence[str], origin: str | None = None
+) -> dict[str, str]:
+    """The ``ingest_origin`` of each of ``sources`` found below one of ``directories``.
+
+    A source below several (nested) directories belongs to the innermost. ``origin`` names
+    every directory's copy explicitly instead of :func:`directory_origin` (for machines that
+    are rebuilt, where the directory's identity changes but its files are the same).
+    """
+    roots = sorted(
+        ((os.path.abspath(d).rstrip(os.sep) + os.sep, origin or directory_origin(d)))
+        for d in directories
+    )
+    found: dict[str, str] = {}
+    for source in sources:
+        path = os.path.abspath(source)
+        for prefix, stamp in reversed(roots):  # the innermost directory first
+            if path.startswith(prefix):
+                found[source] = stamp
+                break
+    return found
+
+
 @dataclass(frozen=True, slots=True)
 class Pruned:
     """A file that :func:`prune_missing` removed from the store."""
@@ -436,6 +600,7 @@ def prune_missing(
     directory: str | Path,
     keep: Iterable[str],
     *,
+    origin: str | None = None,
     owner: Mapping[str, Any] | None = None,
     owner_keys: Sequence[str] = OWNER_KEYS,
     skip: Iterable[str] = (),
@@ -446,7 +611,11 @@ def prune_missing(
 
     After a directory is ingested again, ``keep`` holds the sources that are still there (and
     not empty): what else the store holds below the directory was deleted or emptied since,
-    and would otherwise go on answering queries. Only the files of ``owner`` are pruned: a
+    and would otherwise go on answering queries. Only what a run of this directory wrote is
+    pruned: chunks whose ``ingest_origin`` is ``origin`` (default: :func:`directory_origin`
+    of ``directory``). Chunks written through the API (no origin), from another machine or
+    another directory mounted at the same path are never touched. Only the files of
+    ``owner`` are pruned: a
     stored file whose value of any of ``owner_keys`` differs (a missing key is ``None``) is
     another owner's and never touched. Nothing below a folder in ``skip`` (one that could
     not be listed) is pruned. Metadata is read page by page (no embeddings).
@@ -456,6 +625,7 @@ def prune_missing(
     the other writer's to keep.
     """
     prefix = os.path.abspath(directory).rstrip(os.sep) + os.sep
+    origin = origin or directory_origin(directory)
     kept = set(keep)
     owner = dict(owner or {})
     unlisted = [os.path.abspath(folder).rstrip(os.sep) + os.sep for folder in skip]
@@ -470,6 +640,8 @@ def prune_missing(
             source = metadata.get("source")
             if not isinstance(source, str) or not source.startswith(prefix) or source in kept:
                 continue
+            if metadata.get(INGEST_ORIGIN) != origin:
+                continue  # not read from this copy of the directory: not this run's to remove
             if any(metadata.get(key) != owner.get(key) for key in owner_keys):
                 continue  # another owner's file
             if any(source.startswith(folder) for folder in unlisted):

@@ -8,20 +8,21 @@ sources before, each whole and in order. Outcomes come in source order.
 
 from __future__ import annotations
 
-import concurrent.futures
+import contextlib
 import queue
 import threading
 from collections import deque
 from collections.abc import Iterator, Mapping, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import CancelledError, Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 from langchain_core.documents import Document
 
 from window_retriever._errors import OwnershipError
 from window_retriever._ids import FILE_ID
 from window_retriever._ingest import (
+    INGEST_ORIGIN,
     OWNER_KEYS,
     FileOutcome,
     Plan,
@@ -31,6 +32,7 @@ from window_retriever._ingest import (
     outcome_of,
     plan_file,
     store_chunks,
+    write_plan,
 )
 from window_retriever._loaders import LoadOptions, load_sources
 from window_retriever._splitter import WindowSplitter
@@ -40,7 +42,11 @@ _T = TypeVar("_T")
 AHEAD = 4
 """Sources loaded and split ahead of the one being planned."""
 GROUP = 128
-"""Chunks embedded in one call when several sources are ready (small pages fill batches)."""
+"""Chunks planned before they are embedded when several sources are ready (small pages fill
+batches)."""
+PART = 256
+"""The most chunks of one embedding call: a long file is embedded and written in parts, so
+its progress shows, an interrupt waits for one part at most, and what was written stays."""
 WRITES_AHEAD = 64
 """Sources embedded and waiting for the writer (it writes faster than the model embeds)."""
 
@@ -52,14 +58,24 @@ def split_sources(
     splitter: WindowSplitter,
     options: LoadOptions,
     metadata: Mapping[str, Any] | None,
+    origins: Mapping[str, str] | None = None,
 ) -> Iterator[Split]:
-    """Load each source in turn and split it: ``(name, chunks, None)``, or its error."""
+    """Load each source in turn and split it: ``(name, chunks, None)``, or its error.
+
+    A source in ``origins`` has its chunks stamped with its ``ingest_origin`` after the split,
+    so that the stamp is not part of the file's version.
+    """
     for loaded in load_sources(sources, options):
         if loaded.document is None:
             yield loaded.name, None, loaded.error
             continue
         loaded.document.metadata.update(metadata or {})
-        yield loaded.name, splitter.split_documents([loaded.document]), None
+        chunks = splitter.split_documents([loaded.document])
+        origin = (origins or {}).get(loaded.name)
+        if origin is not None:
+            for chunk in chunks:
+                chunk.metadata[INGEST_ORIGIN] = origin
+        yield loaded.name, chunks, None
 
 
 def writes_vectors(vectorstore: Any) -> Any:
@@ -71,10 +87,25 @@ def writes_vectors(vectorstore: Any) -> Any:
     return embeddings
 
 
-def pipelined(vectorstore: Any, embeddings: Any, ahead: Ahead[Split]) -> Iterator[SourceOutcome]:
+class IngestProgress(Protocol):
+    """Told how ingestion advances, chunk by chunk (from any of the ingest threads)."""
+
+    def planned(self, chunks: int) -> None:
+        """``chunks`` more chunks are to be embedded and written."""
+
+    def written(self, chunks: int) -> None:
+        """``chunks`` more chunks are in the store."""
+
+
+def pipelined(
+    vectorstore: Any,
+    embeddings: Any,
+    ahead: Ahead[Split],
+    progress: IngestProgress | None = None,
+) -> Iterator[SourceOutcome]:
     """Plan here, embed on an embedding thread, write on a writer thread; outcomes in order."""
     size = batch_size_for(vectorstore, None)
-    writer = Writer(vectorstore, size)
+    writer = Writer(vectorstore, size, progress)
     outcomes: deque[Future[SourceOutcome]] = deque()
     group: list[tuple[Future[SourceOutcome], str, Plan]] = []
     in_flight: list[tuple[frozenset[Any], Future[SourceOutcome]]] = []
@@ -86,16 +117,24 @@ def pipelined(vectorstore: Any, embeddings: Any, ahead: Ahead[Split]) -> Iterato
         if not group:
             return
         texts = [c.page_content for _, _, plan in group for c in plan.documents()]
-        while len(embedded) >= 2:  # one group embedding, one waiting: plan no further ahead
-            concurrent.futures.wait([embedded.popleft()])
-        vectors = embedding.submit(embeddings.embed_documents, texts)
-        embedded.append(vectors)
+        parts = [
+            (embedding.submit(embeddings.embed_documents, texts[at : at + PART]), at)
+            for at in range(0, len(texts), PART)
+        ]
         begin = 0
         for future, name, plan in group:
             end = begin + len(plan.documents())
-            writer.put(Write(future, name, plan, vectors, begin, end))
+            pieces = [
+                Piece(vectors, max(begin, at) - at, min(end, at + PART) - at)
+                for vectors, at in parts
+                if at < end and at + PART > begin
+            ]
+            writer.put(Write(future, name, plan, pieces))
             begin = end
         group.clear()
+        embedded.extend(vectors for vectors, _ in parts)
+        while len(embedded) > 2:  # one part embedding, one waiting: plan no further ahead
+            settle(embedded.popleft())
 
     try:
         for name, chunks, error in _failing_in_place(ahead, outcomes):
@@ -110,7 +149,8 @@ def pipelined(vectorstore: Any, embeddings: Any, ahead: Ahead[Split]) -> Iterato
                 waits = [job for held, job in in_flight if held & keys]
                 if waits:  # the same file or source is still being written: let it finish
                     embed_group()
-                    concurrent.futures.wait(waits)
+                    for job in waits:
+                        settle(job)
                 try:
                     plan = plan_file(vectorstore, chunks, OWNER_KEYS, replace_source_copies=True)
                 except OwnershipError as failure:
@@ -120,6 +160,8 @@ def pipelined(vectorstore: Any, embeddings: Any, ahead: Ahead[Split]) -> Iterato
                     break
                 else:
                     if plan.documents() or plan.stale:
+                        if progress is not None and plan.documents():
+                            progress.planned(len(plan.documents()))
                         group.append((future, name, plan))
                         in_flight.append((keys, future))
                     else:
@@ -137,9 +179,20 @@ def pipelined(vectorstore: Any, embeddings: Any, ahead: Ahead[Split]) -> Iterato
         while outcomes:
             yield outcomes.popleft().result()
     finally:
-        embedding.shutdown(wait=False, cancel_futures=True)  # no other group starts
+        embedding.shutdown(wait=False, cancel_futures=True)  # no other part starts
         writer.close()
         embedding.shutdown(wait=True)
+
+
+def settle(future: Future[Any]) -> None:
+    """Wait until ``future`` has a result, an error, or was cancelled.
+
+    ``concurrent.futures.wait`` never returns for a future that an executor's
+    ``shutdown(cancel_futures=True)`` cancelled (its waiters are not told), and an interrupted
+    ingest cancels exactly those: waiting here cannot hang.
+    """
+    with contextlib.suppress(CancelledError):
+        future.exception()
 
 
 def _failing_in_place(
@@ -160,29 +213,46 @@ def _keys(chunks: Sequence[Document]) -> frozenset[Any]:
 
 
 @dataclass(frozen=True, slots=True)
+class Piece:
+    """Vectors of one embedding call, ``[begin:end]`` of its result."""
+
+    vectors: Future[Any]
+    begin: int
+    end: int
+
+    def result(self) -> Any:
+        return self.vectors.result()[self.begin : self.end]
+
+
+@dataclass(frozen=True, slots=True)
 class Write:
-    """One source for the writer: its plan, and where its vectors are in its group's."""
+    """One source for the writer: its plan, and its vectors, in one piece or several."""
 
     future: Future[SourceOutcome]
     name: str
     plan: Plan
-    vectors: Future[Any]
-    begin: int
-    end: int
+    pieces: list[Piece]
+
+
+class _StoppedError(Exception):
+    """The ingest was stopped while a source was being written piece by piece."""
 
 
 class Writer:
     """One thread that writes planned sources in order, each whole, with their vectors.
 
     The sources waiting when it starts a write are written together, in one upsert (each
-    one's first chunk after its others), except a source with chunks to delete, which is
-    written alone: its first chunk must follow its deletes. Per-call costs of the store then
-    do not add up over small pages.
+    one's first chunk after its others), except a source with chunks to delete or with
+    vectors in several pieces (a long file), which is written alone: its first chunk must
+    follow its deletes, and its pieces are written as they are embedded. Per-call costs of
+    the store then do not add up over small pages, and a long file keeps what was written
+    when the ingest is stopped.
     """
 
-    def __init__(self, vectorstore: Any, size: int) -> None:
+    def __init__(self, vectorstore: Any, size: int, progress: IngestProgress | None = None) -> None:
         self._vectorstore = vectorstore
         self._size = size
+        self._progress = progress
         self._queue: queue.Queue[Write | None] = queue.Queue(maxsize=WRITES_AHEAD)
         self._stopping = threading.Event()
         self._thread = threading.Thread(
@@ -199,7 +269,7 @@ class Writer:
             waiting = [self._queue.get()]
             first = waiting[0]
             if first is not None:  # its group is embedding: the rest of the group comes meanwhile
-                concurrent.futures.wait([first.vectors])
+                settle(first.pieces[0].vectors)
             while waiting[-1] is not None and len(waiting) < WRITES_AHEAD:
                 try:
                     waiting.append(self._queue.get_nowait())
@@ -211,29 +281,45 @@ class Writer:
                     ending = True
                 elif self._stopping.is_set() or not write.future.set_running_or_notify_cancel():
                     write.future.cancel()
-                elif write.plan.stale:
+                elif write.plan.stale or len(write.pieces) > 1:
                     self._write(together)
                     together = []
-                    self._write([write])
+                    self._write_alone(write)
                 else:
                     together.append(write)
             self._write(together)
+
+    def _written(self, chunks: int) -> None:
+        if self._progress is not None:
+            self._progress.written(chunks)
+
+    def _write_alone(self, write: Write) -> None:
+        def parts() -> Iterator[Any]:
+            for piece in write.pieces:
+                if self._stopping.is_set():
+                    raise _StoppedError
+                yield piece.result()
+
+        try:
+            write_plan(self._vectorstore, write.plan, self._size, parts(), self._written)
+        except BaseException as error:  # handed to the caller, in this source's place
+            write.future.set_exception(error)
+        else:
+            write.future.set_result(SourceOutcome(write.name, outcome=outcome_of(write.plan)))
 
     def _write(self, writes: list[Write]) -> None:
         ready: list[tuple[Write, Any]] = []
         for write in writes:
             try:
-                ready.append((write, write.vectors.result()[write.begin : write.end]))
+                ready.append((write, write.pieces[0].result()))
             except BaseException as error:  # its embedding failed: in this source's place
                 write.future.set_exception(error)
         try:
-            if len(ready) == 1:
-                write, vectors = ready[0]
-                apply_plan(self._vectorstore, write.plan, self._size, vectors)
-            elif ready:
+            if ready:
                 chunks = [c for write, _ in ready for c in write.plan.documents()]
                 vectors = [v for _, vs in ready for v in vs]
                 store_chunks(self._vectorstore, chunks, self._size, vectors)
+                self._written(len(chunks))
         except BaseException as error:  # handed to the caller, in these sources' places
             for write, _ in ready:
                 write.future.set_exception(error)

@@ -17,7 +17,7 @@ from langchain_core.embeddings import DeterministicFakeEmbedding
 from langchain_text_splitters import RecursiveCharacterTextSplitter
 
 from window_retriever import ContextWindowRetriever, LoadOptions, WindowSplitter
-from window_retriever._ingest import MAX_IDS_PER_CALL, ingest_sources, prune_missing
+from window_retriever._ingest import MAX_IDS_PER_CALL, ingest_sources, origins_of, prune_missing
 
 BIG = MAX_IDS_PER_CALL + 700  # chunks of the big file: more than one call may name
 SPLITTER = WindowSplitter(
@@ -62,8 +62,10 @@ def assert_whole(files: dict[str, list[tuple[str, int]]], expected: dict[Path, i
 
 
 def ingest(store: Chroma, paths: list[Path]) -> Counter[str]:
+    sources = [str(p) for p in paths]
+    origins = origins_of(sources, [str(paths[0].parent)])  # read from their folder
     outcomes = list(
-        ingest_sources(store, [str(p) for p in paths], splitter=SPLITTER, options=LoadOptions())
+        ingest_sources(store, sources, splitter=SPLITTER, options=LoadOptions(), origins=origins)
     )
     assert all(o.outcome is not None for o in outcomes), [o.error for o in outcomes]
     tally: Counter[str] = Counter()

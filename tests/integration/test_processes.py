@@ -210,6 +210,8 @@ def assert_store_holds_exactly(records: list[dict[str, Any]], pages: Mapping[str
         for record, chunk in zip(got, page.chunks, strict=True):
             assert record["id"] == chunk.id
             head = {"file_chunks": len(page.chunks)} if chunk.metadata["chunk_index"] == 0 else {}
+            origin = record["metadata"].pop("ingest_origin")  # read from this folder, here
+            assert isinstance(origin, str) and len(origin) == 16
             assert record["metadata"] == {**chunk.metadata, **head}  # chunk 0 marks a whole write
             assert record["text"] == chunk.page_content
 
@@ -439,12 +441,13 @@ def report(before: Mapping[str, Version], after: Mapping[str, Version]) -> list[
         counts["removed"] += removed
     gone = sorted(set(before) - set(after))
     for source in gone:
-        lines.append(f"removed   {source}: gone ({len(before[source].chunks)} chunks)")
+        chunks = len(before[source].chunks)
+        lines.append(f"removed   {source}: gone ({chunks} chunk{'s' * (chunks != 1)})")
         counts["removed"] += len(before[source].chunks)
     lines.append(
         f"{len(after)} sources: {counts['added'] + counts['updated']} ingested "
         f"({counts['added']} added, {counts['updated']} updated), {counts['unchanged']} skipped "
-        f"(unchanged), 0 failed, {len(gone)} gone (removed); {counts['written']} chunks written, "
+        f"(unchanged), 0 skipped (empty), 0 failed, {len(gone)} gone (removed); {counts['written']} chunk{'s' * (counts['written'] != 1)} written, "
         f"{counts['removed']} removed"
     )
     return lines

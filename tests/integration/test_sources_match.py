@@ -118,7 +118,7 @@ def test_a_metadata_change_alone_replaces_the_chunks(
     assert ingest(capsys, str(note), "--db", db, "--metadata", "access=public")[0] == 0
     status, lines = ingest(capsys, str(note), "--db", db, "--metadata", "access=secret")
     assert status == 0
-    assert lines[-1].startswith("1 sources: 1 ingested (0 added, 1 updated)")
+    assert lines[-1].startswith("1 source: 1 ingested (0 added, 1 updated)")
     assert sources(tmp_path / "db") == {str(note.resolve()): {("secret", None)}}  # no public copy
 
 
@@ -187,7 +187,8 @@ def test_re_ingesting_a_directory_removes_deleted_and_emptied_files(
     (docs / "empty.txt").write_text("   \n", encoding="utf-8")
 
     status, lines = ingest(capsys, str(docs), "--db", db, "--keep-missing")
-    assert status == 1  # the emptied file fails to load: "no text"
+    assert status == 0  # the emptied file is skipped, not a failure
+    assert f"skipped   {docs / 'empty.txt'}: empty (no text)" in lines
     assert len(sources(tmp_path / "db")) == 4  # kept, as asked
     per_source: dict[str, int] = {}
     for metadata in stored(tmp_path / "db")["metadatas"]:
@@ -195,7 +196,7 @@ def test_re_ingesting_a_directory_removes_deleted_and_emptied_files(
     gone = [str((docs / name).resolve()) for name in ("delete.txt", "empty.txt")]
 
     status, lines = ingest(capsys, str(docs), "--db", db)
-    assert status == 1
+    assert status == 0
     removed = [line for line in lines if line.startswith("removed ")]
     assert removed == [f"removed   {name}: gone ({per_source[name]} chunks)" for name in gone]
     total = sum(per_source[name] for name in gone)
@@ -423,7 +424,7 @@ def test_pruning_keeps_every_other_owners_copy(
     status, lines = ingest(capsys, str(docs), "--db", db, "--metadata", "tenant=a")
     assert status == 0
     assert [line for line in lines if line.startswith("removed ")] == [
-        f"removed   {docs / 'one.txt'}: gone (1 chunks)"
+        f"removed   {docs / 'one.txt'}: gone (1 chunk)"
     ]
     owners = {
         (m.get("tenant"), m.get("user"))
@@ -507,7 +508,7 @@ def test_a_file_added_after_the_listing_is_not_pruned_by_an_older_run(
     """Two ingests of one folder: A lists it, then b.txt appears and B ingests it, then A
     prunes. b.txt is there: it must stay (it is B's, not gone)."""
     from window_retriever import LoadOptions, WindowSplitter
-    from window_retriever._ingest import ingest_sources, prune_missing
+    from window_retriever._ingest import ingest_sources, origins_of, prune_missing
     from window_retriever._loaders import expand
 
     folder = tmp_path / "pages"
@@ -519,7 +520,11 @@ def test_a_file_added_after_the_listing_is_not_pruned_by_an_older_run(
         present = {
             os.path.abspath(result.name)
             for result in ingest_sources(
-                store, specs, splitter=WindowSplitter(), options=LoadOptions()
+                store,
+                specs,
+                splitter=WindowSplitter(),
+                options=LoadOptions(),
+                origins=origins_of(specs, [str(folder)]),
             )
             if result.outcome is not None
         }

@@ -217,10 +217,10 @@ def test_bad_local_sources_are_reported_and_the_rest_ingested(
         for line in out
     )
     assert f"failed    {tmp_path / 'latin1.txt'}: not UTF-8 text" in out
-    assert f"added     {good}: 1 chunks" in out
+    assert f"added     {good}: 1 chunk" in out
     assert (
         out[-1]
-        == "4 sources: 1 ingested (1 added, 0 updated), 0 skipped (unchanged), 3 failed, 0 gone (removed); 1 chunks written, 0 removed"
+        == "4 sources: 1 ingested (1 added, 0 updated), 0 skipped (unchanged), 0 skipped (empty), 3 failed, 0 gone (removed); 1 chunk written, 0 removed"
     )
 
 

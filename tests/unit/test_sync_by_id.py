@@ -13,7 +13,7 @@ from langchain_text_splitters import RecursiveCharacterTextSplitter
 
 from window_retriever import OwnershipError, WindowSplitter, add_chunks, sync_file
 from window_retriever import _ingest as ingest_module
-from window_retriever._ingest import FILE_CHUNKS, prune_missing
+from window_retriever._ingest import FILE_CHUNKS, INGEST_ORIGIN, prune_missing
 
 SPLITTER = WindowSplitter(RecursiveCharacterTextSplitter(chunk_size=60, chunk_overlap=10))
 
@@ -22,6 +22,13 @@ def page(version: str, sentences: int, **metadata: Any) -> list[Document]:
     text = " ".join(f"Version {version} sentence {i:02d} of the page." for i in range(sentences))
     document = Document(page_content=text, metadata={"source": "/docs/page.txt", **metadata})
     return SPLITTER.split_documents([document])
+
+
+def read_here(chunks: list[Document], origin: str = "here") -> list[Document]:
+    """The chunks as a directory ingest stamps them: read from this copy of the directory."""
+    for chunk in chunks:
+        chunk.metadata[INGEST_ORIGIN] = origin
+    return chunks
 
 
 def stored(store: Chroma) -> dict[str, dict[str, Any]]:
@@ -55,7 +62,7 @@ def calls(monkeypatch: pytest.MonkeyPatch) -> Callable[[Chroma], Calls]:
     def attach(store: Chroma) -> Calls:
         spy = Calls()
         collection = store._collection
-        for name in ("get", "upsert", "add", "delete", "query"):
+        for name in ("get", "upsert", "add", "delete", "query", "update"):
             original = getattr(collection, name)
 
             def wrapper(*args: Any, _name: str = name, _original: Any = original, **kw: Any) -> Any:
@@ -203,24 +210,35 @@ def test_no_call_carries_more_ids_than_the_cap(
         spy.clear()
         return result
 
-    long = page("old", 40)
+    long = read_here(page("old", 40))
     assert capped(sync_file(store, long, replace_source_copies=True)).written == len(long)
     assert capped(sync_file(store, long, replace_source_copies=True)).status == "unchanged"
-    short = page("new", 25)
+    restamped = capped(sync_file(store, read_here(page("old", 40), "there")))
+    assert (restamped.status, restamped.written) == ("unchanged", 0)
+    assert {m[INGEST_ORIGIN] for m in stored(store).values()} == {"there"}
+    spy.clear()
+    short = read_here(page("new", 25))
     outcome = capped(sync_file(store, short, replace_source_copies=True))
     assert (outcome.written, outcome.removed) == (len(short), len(long) - len(short))
     assert_holds_exactly(store, short)
     spy.clear()
-    # the same source under another file id: every chunk of the old one is a copy to remove
+    # the same source under another file id, as the same run read it: every chunk of the old
+    # one is a copy to remove
     text = "Another split of the same page, stored under another file id. " * 12
-    renamed = SPLITTER.split_documents(
-        [Document(page_content=text, metadata={"source": "/docs/page.txt", "file_id": "renamed"})]
+    renamed = read_here(
+        SPLITTER.split_documents(
+            [
+                Document(
+                    page_content=text, metadata={"source": "/docs/page.txt", "file_id": "renamed"}
+                )
+            ]
+        )
     )
     outcome = capped(sync_file(store, renamed, replace_source_copies=True))
     assert outcome.removed == len(short)
     assert_holds_exactly(store, renamed)
     spy.clear()
-    gone = capped(prune_missing(store, "/docs", keep=[]))
+    gone = capped(prune_missing(store, "/docs", keep=[], origin="here"))
     assert [(p.source, p.chunks) for p in gone] == [("/docs/page.txt", len(renamed))]
     assert stored(store) == {}
-    assert seen >= {"get", "upsert", "delete"}
+    assert seen >= {"get", "upsert", "delete", "update"}
