@@ -424,6 +424,12 @@ def _query(args: argparse.Namespace) -> int:
         print()
     else:
         _print_windows(docs, sys.stdout)
+    if not docs:  # an answer, not an error (exit 0), but never a silent one
+        print(
+            f"no windows: nothing in the collection {args.collection!r} matches"
+            + (" the --filter" if where is not None else ""),
+            file=sys.stderr,
+        )
     return EXIT_OK
 
 
@@ -433,6 +439,7 @@ def _eval(args: argparse.Namespace) -> int:
         evaluate,
         parse_configs,
         read_questions,
+        resolve_sources,
     )
 
     try:
@@ -449,6 +456,13 @@ def _eval(args: argparse.Namespace) -> int:
             folder = Path(target).parent
             if Path(target).is_dir() or not folder.is_dir() or not os.access(folder, os.W_OK):
                 raise CommandError(f"{option} {target}: cannot write there")
+    if args.plot is not None:  # before the run, not after it
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError:
+            raise CommandError(
+                "--plot needs matplotlib: pip install 'window-retriever[eval]'"
+            ) from None
     configs = parse_configs(args.configs)
     path = Path(args.questions)
     if not path.is_file():
@@ -459,6 +473,9 @@ def _eval(args: argparse.Namespace) -> int:
     if not questions:
         raise CommandError(f"no usable questions in {path} ({len(problems)} lines skipped)")
     store = _open_for_reading(args)
+    questions, warnings = resolve_sources(store, questions)
+    for warning in warnings:
+        print(f"warning: {warning}", file=sys.stderr)
     report = evaluate(
         store,
         questions,
@@ -467,7 +484,7 @@ def _eval(args: argparse.Namespace) -> int:
         count_tokens=default_embeddings().count_tokens,
         skipped=problems,
     )
-    print(f"{len(questions)} questions, {len(problems)} lines skipped")
+    print(f"{_count(len(questions), 'question')}, {_count(len(problems), 'line')} skipped")
     print(report.table())
     if args.json_out:
         Path(args.json_out).write_text(json.dumps(report.to_json(), indent=2), encoding="utf-8")
