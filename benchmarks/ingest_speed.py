@@ -50,7 +50,7 @@ from tokenizers import Tokenizer
 from window_retriever import LoadOptions, MiniLMEmbeddings, WindowSplitter, load_file
 
 PYDOCS = Path("/usr/share/doc/python3.11/html/library")
-EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "pages"
+EXAMPLES = Path(__file__).resolve().parents[1] / "window_retriever" / "_data" / "pages"
 WRITTEN = re.compile(r"; (\d+) chunks written")
 
 

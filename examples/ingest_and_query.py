@@ -2,7 +2,7 @@
 
     python examples/ingest_and_query.py ["QUESTION"] [--total-budget N] [--window-map PNG]
 
-It loads the three bundled pages of the Python 3.11 tutorial (examples/pages) with
+It loads the three bundled pages of the Python 3.11 tutorial (window_retriever/_data/pages) with
 BeautifulSoup, splits them with WindowSplitter, stores the chunks with add_chunks in a Chroma
 store in a temporary directory (the packaged embedding model: offline, no API key), and
 prints the windows that ContextWindowRetriever returns for the question. With --window-map it
@@ -25,7 +25,7 @@ from langchain_core.documents import Document
 
 from window_retriever import ContextWindowRetriever, WindowSplitter, add_chunks, default_embeddings
 
-PAGES = Path(__file__).resolve().parent / "pages"
+PAGES = Path(__file__).resolve().parents[1] / "window_retriever" / "_data" / "pages"
 ONLINE = "https://docs.python.org/3.11/tutorial/"  # where the bundled pages come from
 QUESTION = "How do I make sure a file is closed after reading it, even if an exception is raised?"
 

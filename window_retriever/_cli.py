@@ -41,6 +41,7 @@ PROG = "window-retriever"
 DEMO_QUESTION = (
     "How do I make sure a file is closed after reading it, even if an exception is raised?"
 )
+DEMO_TOTAL_BUDGET = 2000
 EXIT_OK, EXIT_SOURCES_FAILED, EXIT_ERROR = 0, 1, 2
 
 
@@ -226,8 +227,9 @@ def build_parser() -> argparse.ArgumentParser:
         "demo",
         help="ingest the bundled example pages offline and show windows for a question",
         description=(
-            "Ingest the bundled Python-tutorial pages (examples/pages) into a local store, then "
-            "print the plain top chunks and the windows for a question, side by side."
+            "Ingest the Python-tutorial pages bundled with the package into a local store (the "
+            f"collection {DEFAULT_COLLECTION!r}, which query reads by default), then print the "
+            "plain top chunks and the windows for a question, side by side, at one total budget."
         ),
     )
     demo.add_argument(
@@ -237,9 +239,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--db", default="demo-db", metavar="DIR", help="Chroma directory (default: demo-db)"
     )
     demo.add_argument(
-        "--pages", metavar="DIR", help="pages to ingest (default: the bundled examples/pages)"
+        "--pages",
+        metavar="DIR",
+        help="pages to ingest (default: the pages bundled with the package)",
     )
-    _window_arguments(demo, k=3)
+    _window_arguments(demo, k=8, total_budget=DEMO_TOTAL_BUDGET)
     demo.set_defaults(run=_demo)
     return parser
 
@@ -280,7 +284,9 @@ def _store_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _window_arguments(parser: argparse.ArgumentParser, *, k: int) -> None:
+def _window_arguments(
+    parser: argparse.ArgumentParser, *, k: int, total_budget: int | None = None
+) -> None:
     parser.add_argument(
         "-k", type=int, default=k, metavar="N", help=f"windows to return (default: {k})"
     )
@@ -294,9 +300,14 @@ def _window_arguments(parser: argparse.ArgumentParser, *, k: int) -> None:
     parser.add_argument(
         "--total-budget",
         type=int,
+        default=total_budget,
         metavar="N",
         help="the most characters of all windows together; -k is then the most windows "
-        "(default: none, -k windows of --window-budget each)",
+        + (
+            "(default: none, -k windows of --window-budget each)"
+            if total_budget is None
+            else f"(default: {total_budget}; the plain chunks are cut at the same budget)"
+        ),
     )
     parser.add_argument(
         "--expansion",
@@ -450,6 +461,12 @@ def _query(args: argparse.Namespace) -> int:
         print()
     else:
         _print_windows(docs, sys.stdout)
+    if not docs:  # an answer, not an error (exit 0), but never a silent one
+        print(
+            f"no windows: nothing in the collection {args.collection!r} matches"
+            + (" the --filter" if where is not None else ""),
+            file=sys.stderr,
+        )
     return EXIT_OK
 
 
@@ -459,6 +476,7 @@ def _eval(args: argparse.Namespace) -> int:
         evaluate,
         parse_configs,
         read_questions,
+        resolve_sources,
     )
 
     try:
@@ -475,6 +493,13 @@ def _eval(args: argparse.Namespace) -> int:
             folder = Path(target).parent
             if Path(target).is_dir() or not folder.is_dir() or not os.access(folder, os.W_OK):
                 raise CommandError(f"{option} {target}: cannot write there")
+    if args.plot is not None:  # before the run, not after it
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError:
+            raise CommandError(
+                "--plot needs matplotlib: pip install 'window-retriever[eval]'"
+            ) from None
     configs = parse_configs(args.configs)
     path = Path(args.questions)
     if not path.is_file():
@@ -485,6 +510,9 @@ def _eval(args: argparse.Namespace) -> int:
     if not questions:
         raise CommandError(f"no usable questions in {path} ({len(problems)} lines skipped)")
     store = _open_for_reading(args)
+    questions, warnings = resolve_sources(store, questions)
+    for warning in warnings:
+        print(f"warning: {warning}", file=sys.stderr)
     report = evaluate(
         store,
         questions,
@@ -493,7 +521,7 @@ def _eval(args: argparse.Namespace) -> int:
         count_tokens=default_embeddings().count_tokens,
         skipped=problems,
     )
-    print(f"{len(questions)} questions, {len(problems)} lines skipped")
+    print(f"{_count(len(questions), 'question')}, {_count(len(problems), 'line')} skipped")
     print(report.table())
     if args.json_out:
         Path(args.json_out).write_text(json.dumps(report.to_json(), indent=2), encoding="utf-8")
@@ -508,16 +536,13 @@ def _demo(args: argparse.Namespace) -> int:
     from window_retriever._loaders import LoadOptions, expand
     from window_retriever._splitter import WindowSplitter
 
-    pages = (
-        Path(args.pages)
-        if args.pages
-        else Path(__file__).resolve().parents[1] / "examples" / "pages"
-    )
+    pages = Path(args.pages) if args.pages else bundled_pages()
     if not pages.is_dir():
-        raise CommandError(
-            f"no example pages at {pages}; the demo needs a source checkout, or pass --pages DIR"
-        )
-    args.chroma_url, args.collection, args.wait = None, "demo", False
+        raise CommandError(f"no pages at {pages}; pass --pages DIR, a folder of HTML pages")
+    if args.total_budget < 1:
+        raise CommandError(f"--total-budget must be at least 1, got {args.total_budget}")
+    # The collection every command reads by default, so that `query --db DIR` finds it.
+    args.chroma_url, args.collection, args.wait = None, DEFAULT_COLLECTION, False
     args.chroma_tenant = args.chroma_database = None
     began = time.perf_counter()
     written = total = 0
@@ -533,28 +558,49 @@ def _demo(args: argparse.Namespace) -> int:
             written += result.outcome.written
             total += result.outcome.chunks
     print(
-        f"{total} chunks of the pages in {pages} are in {args.db}/ "
-        f"({written} embedded now, {time.perf_counter() - began:.1f} s)"
+        f"{_count(total, 'chunk')} of the pages in {pages} are in {args.db}/, collection "
+        f"{args.collection!r} ({written} embedded now, {time.perf_counter() - began:.1f} s)"
     )
+    budget = args.total_budget
     print(f"\nQ: {args.question}\n")
-    plain = store.similarity_search_with_score(args.question, k=args.k)
-    print(
-        f"--- plain: the top {args.k} chunks, "
-        f"{sum(len(d.page_content) for d, _ in plain)} characters"
-    )
-    for rank, (doc, score) in enumerate(plain, 1):
+    # Plain top chunks in rank order, cut at the same total budget as the windows.
+    found = store.similarity_search_with_score(args.question, k=max(args.k, budget // 100 + 1))
+    plain: list[tuple[Document, float, int]] = []
+    used = 0
+    for doc, score in found:
+        if used >= budget:
+            break
+        taken = min(len(doc.page_content), budget - used)
+        plain.append((doc, score, taken))
+        used += taken
+    print(f"--- plain: the top {_count(len(plain), 'chunk')}, {used} of {budget} characters")
+    for rank, (doc, score, taken) in enumerate(plain, 1):
         meta = doc.metadata
+        cut = len(doc.page_content) - taken
         print(
             f"[{rank}] {_short(meta.get('source', '?'))}  chunk {meta.get('chunk_index')}  "
             f"distance {score:.3f}"
+            + (f"  (cut at the budget: {cut} characters left out)" * (cut > 0))
         )
-        print(_indent(doc.page_content))
+        print(_indent(doc.page_content[:taken]))
     docs = _retrieve(store, args, None)
     print(
-        f"\n--- windows: {len(docs)} windows, {sum(len(d.page_content) for d in docs)} characters"
+        f"\n--- windows: {_count(len(docs), 'window')}, "
+        f"{sum(len(d.page_content) for d in docs)} of {budget} characters"
     )
     _print_windows(docs, sys.stdout)
+    print(f'\nAsk another question: {PROG} query --db {args.db} "QUESTION" --total-budget {budget}')
     return EXIT_OK
+
+
+def bundled_pages() -> Path:
+    """The demo's pages, shipped in the package (three pages of the Python 3.11 tutorial)."""
+    return Path(__file__).resolve().parent / "_data" / "pages"
+
+
+def _count(number: int, noun: str) -> str:
+    """``1 chunk``, ``2 chunks``."""
+    return f"{number} {noun}{'s' * (number != 1)}"
 
 
 # ---- helpers ----------------------------------------------------------------------------------

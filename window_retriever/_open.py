@@ -378,7 +378,14 @@ def _collection(
         try:
             client.get_collection(name)
         except (NotFoundError, ValueError):
-            msg = f"no collection {name!r} in {where}; ingest into it first or name another one"
+            try:  # name what is there: a demo's or another tool's collection, say
+                names = sorted(str(getattr(c, "name", c)) for c in client.list_collections())
+                has = f" (it has: {', '.join(names)})" if names else " (it has none)"
+            except Exception:
+                has = ""
+            msg = (
+                f"no collection {name!r} in {where}{has}; ingest into it first or name another one"
+            )
             raise StoreError(msg) from None
         except Exception as error:
             raise StoreError(f"the Chroma store at {where} failed: {_brief(error)}") from None

@@ -16,8 +16,11 @@ The metric functions are pure; :func:`evaluate` runs the retrievals.
 
 from __future__ import annotations
 
+import dataclasses
+import difflib
 import json
 import math
+import os
 import re
 import statistics
 import string
@@ -128,6 +131,71 @@ def parse_question(number: int, data: Any) -> Question:
         answer=data.get("answer") or None,
         gold_spans=tuple((int(s[0]), int(s[1])) for s in spans),
     )
+
+
+def resolve_sources(
+    vectorstore: Any, questions: Sequence[Question], *, cwd: str | Path | None = None
+) -> tuple[list[Question], list[str]]:
+    """Match each question's ``source`` to a stored source; return the questions and warnings.
+
+    A question's ``source`` must equal the ``source`` its chunks were stored under, or it
+    scores as a miss: local files are stored under their absolute paths (as ``ingest`` stores
+    them), web pages under their final address. A relative path is made absolute against
+    ``cwd`` (default: the current directory), as ``ingest`` does, when that absolute path is a
+    stored source. Any other unknown source gets one warning naming the closest stored source.
+    Questions with a ``file_id`` are left as they are; so is every question when the store
+    cannot be listed (it has no ``get``, as ``langchain_chroma.Chroma`` has).
+    """
+    named = sorted({q.source for q in questions if q.source is not None and q.file_id is None})
+    if not named or not callable(getattr(vectorstore, "get", None)):
+        return list(questions), []
+    missing = [source for source in named if not _stored(vectorstore, source)]
+    resolved: dict[str, str] = {}
+    for source in missing:
+        if "://" not in source and not os.path.isabs(source):
+            absolute = os.path.abspath(os.path.join(cwd or os.getcwd(), source))
+            if _stored(vectorstore, absolute):
+                resolved[source] = absolute
+    unknown = {source for source in missing if source not in resolved}
+    stored = _stored_sources(vectorstore) if unknown else []
+    out: list[Question] = []
+    warnings: list[str] = []
+    for question in questions:
+        source = question.source or ""
+        if question.file_id is None and source in resolved:
+            question = dataclasses.replace(question, source=resolved[source])
+        elif question.file_id is None and source in unknown:
+            closest = difflib.get_close_matches(source, stored, n=1, cutoff=0.0)
+            hint = f"the closest is {closest[0]!r}" if closest else "the store has none"
+            warnings.append(
+                f"line {question.line}: source {source!r} is not a stored source, so the "
+                f"question scores as a miss ({hint}; local files are stored under their "
+                "absolute paths)"
+            )
+        out.append(question)
+    return out, warnings
+
+
+def _stored(vectorstore: Any, source: str) -> bool:
+    found = vectorstore.get(where={"source": source}, limit=1, include=["metadatas"])
+    return bool(found.get("ids"))
+
+
+def _stored_sources(vectorstore: Any, page: int = 5000) -> list[str]:
+    """Every stored source, read from each file's first chunk (``chunk_index`` 0)."""
+    sources: set[str] = set()
+    for where in ({"chunk_index": 0}, None):  # chunks not from WindowSplitter have no index
+        offset = 0
+        while True:
+            found = vectorstore.get(where=where, limit=page, offset=offset, include=["metadatas"])
+            metadatas = found.get("metadatas") or []
+            sources.update(str(meta["source"]) for meta in metadatas if meta and meta.get("source"))
+            if len(metadatas) < page:
+                break
+            offset += page
+        if sources:
+            break
+    return sorted(sources)
 
 
 # ---- contexts and metrics (pure) ---------------------------------------------------------------

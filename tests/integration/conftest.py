@@ -21,7 +21,7 @@ from langchain_core.documents import Document
 from window_retriever import WindowSplitter, add_chunks, default_embeddings
 from window_retriever._loaders import LoadOptions, load_file
 
-PAGES = Path(__file__).parents[2] / "examples" / "pages"
+PAGES = Path(__file__).parents[2] / "window_retriever" / "_data" / "pages"
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

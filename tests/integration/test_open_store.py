@@ -109,7 +109,9 @@ def test_a_server_on_ipv6_loopback_serves_sync_async_and_the_cli(
     assert asyncio.run(retriever.ainvoke("topic2 word5")) == docs
     assert isinstance(retriever._store, ChromaWindowStore)
     assert retriever._store._server() is not None  # async HTTP took the bracketed host too
-    with pytest.raises(StoreError, match=r"^no collection 'nothing' in http://\[::1\]:\d+; "):
+    with pytest.raises(
+        StoreError, match=r"^no collection 'nothing' in http://\[::1\]:\d+ \(it has[^)]*\); "
+    ):
         open_store(url=ipv6_server, collection="nothing", embeddings=embeddings, environ={})
 
     # the command line, with the real packaged model, as a user would

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import socket
 import subprocess
@@ -125,9 +126,10 @@ def test_no_command_prints_usage_and_fails(capsys: pytest.CaptureFixture[str]) -
             "--json /no/such/folder/out.json: cannot write there",
         ),
         (
-            ["demo", "--expansion", "adaptive"],
+            ["query", "q", "--expansion", "adaptive"],
             "--expansion adaptive shares one budget between windows: give --total-budget N",
         ),
+        (["demo", "--total-budget", "0"], "--total-budget must be at least 1, got 0"),
     ],
 )
 def test_bad_arguments_fail_with_one_line(
@@ -167,7 +169,7 @@ def test_query_of_a_missing_collection(tmp_path: Path, capsys: pytest.CaptureFix
     line = fails(["query", "q", "--db", str(db), "--collection", "other"], capsys)
     assert (
         line
-        == f"window-retriever: error: no collection 'other' in {db}/; run 'window-retriever ingest' first or pass --collection"
+        == f"window-retriever: error: no collection 'other' in {db}/ (it has: documents); run 'window-retriever ingest' first or pass --collection"
     )
 
 
@@ -267,3 +269,140 @@ def test_a_db_that_is_a_file_is_named(tmp_path: Path, capsys: pytest.CaptureFixt
         f"window-retriever: error: --db {file} is a file, not a store directory"
     )
     assert file.read_text(encoding="utf-8") == "not a store"
+
+
+# ---- demo, query and eval output -------------------------------------------------------------
+
+
+def _pages(directory: Path) -> Path:
+    pages = directory / "pages"
+    pages.mkdir()
+    for name, words in (("bees", "Bees make honey from nectar."), ("ants", "Ants farm fungi.")):
+        body = " ".join(f"<p>{words} Paragraph {i} about {name}.</p>" for i in range(40))
+        (pages / f"{name}.html").write_text(
+            f'<html><head><title>{name}</title></head><body><div class="body">{body}</div></body></html>',
+            encoding="utf-8",
+        )
+    return pages
+
+
+def test_demo_writes_the_collection_query_reads_and_compares_at_one_budget(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    pages = _pages(tmp_path)
+    assert (
+        main(
+            [
+                "demo",
+                "How do bees make honey?",
+                "--db",
+                str(tmp_path / "demo-db"),
+                "--pages",
+                str(pages),
+            ]
+        )
+        == 0
+    )
+    out = capsys.readouterr().out
+    assert re.search(
+        r"^\d+ chunks of the pages in .* are in .*demo-db/, collection 'documents' ", out, re.M
+    )
+    plain = re.search(r"^--- plain: the top (\d+) chunks?, (\d+) of 2000 characters$", out, re.M)
+    windows = re.search(r"^--- windows: (\d+) windows?, (\d+) of 2000 characters$", out, re.M)
+    assert plain is not None and windows is not None, out
+    assert 0 < int(plain[2]) <= 2000 and 0 < int(windows[2]) <= 2000
+    assert int(plain[2]) > 1000  # the plain chunks fill the same budget, not k chunks
+    assert "(cut at the budget: " in out
+    # the store the demo made is the one `query --db` opens by default
+    assert main(["query", "How do bees make honey?", "--db", str(tmp_path / "demo-db")]) == 0
+    captured = capsys.readouterr()
+    assert captured.out.startswith("[1] pages/bees.html"), captured
+    assert captured.err == ""
+
+
+def test_query_without_a_match_says_so_on_stderr_and_exits_0(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db = tmp_path / "db"
+    assert main(["ingest", str(_note(tmp_path)), "--db", str(db)]) == 0
+    capsys.readouterr()
+    argv = ["query", "bees", "--db", str(db), "--filter", '{"tenant": "nobody"}']
+    assert main(argv) == 0
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err == (
+        "no windows: nothing in the collection 'documents' matches the --filter\n"
+    )
+    assert main([*argv, "--json"]) == 0
+    captured = capsys.readouterr()
+    assert captured.out == "[]\n" and captured.err.startswith("no windows: ")
+
+
+def test_eval_plot_without_matplotlib_fails_before_the_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # `import matplotlib` raises
+    line = fails(["eval", "missing.jsonl", "--plot", str(tmp_path / "out.png")], capsys)
+    assert line == (
+        "window-retriever: error: --plot needs matplotlib: pip install 'window-retriever[eval]'"
+    )
+
+
+def test_eval_warns_of_a_source_that_is_not_stored_and_resolves_relative_paths(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    note = _note(tmp_path)
+    assert (
+        main(["ingest", "note.txt", "--db", str(tmp_path / "db")]) == 0
+    )  # stored as its absolute path
+    questions = tmp_path / "questions.jsonl"
+    lines = [
+        {"question": "bees?", "source": "note.txt", "gold_spans": [[0, 24]]},
+        {"question": "bees?", "source": "notes.txt", "gold_spans": [[0, 24]]},
+        {"question": "bees?", "source": str(note), "gold_spans": [[0, 24]]},
+    ]
+    questions.write_text("\n".join(json.dumps(line) for line in lines), encoding="utf-8")
+    capsys.readouterr()
+    argv = [
+        "eval",
+        "questions.jsonl",
+        "--db",
+        str(tmp_path / "db"),
+        "--total-budgets",
+        "100",
+        "--configs",
+        "plain",
+    ]
+    assert main([*argv, "--json", "out.json"]) == 0
+    captured = capsys.readouterr()
+    assert captured.err.splitlines() == [
+        "warning: line 2: source 'notes.txt' is not a stored source, so the question scores "
+        f"as a miss (the closest is {str(note)!r}; local files are stored under their "
+        "absolute paths)"
+    ]
+    assert captured.out.startswith("3 questions, 0 lines skipped\n")
+    (row,) = json.loads((tmp_path / "out.json").read_text(encoding="utf-8"))["rows"]
+    assert row["coverage"] == pytest.approx(2 / 3)  # the relative path found its chunks
+
+
+def test_counts_of_one_are_singular(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert main(["ingest", str(_note(tmp_path)), "--db", str(tmp_path / "db")]) == 0
+    (tmp_path / "q.jsonl").write_text('{"question": "bees?", "answer": "bees"}', encoding="utf-8")
+    capsys.readouterr()
+    argv = [
+        "eval",
+        "q.jsonl",
+        "--db",
+        str(tmp_path / "db"),
+        "--total-budgets",
+        "100",
+        "--configs",
+        "plain",
+    ]
+    assert main(argv) == 0
+    assert capsys.readouterr().out.startswith("1 question, 0 lines skipped\n")

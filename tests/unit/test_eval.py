@@ -284,3 +284,27 @@ def test_a_bad_mode_or_expansion_is_refused_when_parsed() -> None:
         parse_configs("window:mode=sideways")
     with pytest.raises(ConfigurationError, match=r"option expansion=bogus .* must be one of"):
         parse_configs("window:expansion=bogus")
+
+
+def test_resolve_sources_reads_relative_paths_and_names_the_closest_stored_source(
+    make_store: Callable[..., Chroma], tmp_path: Path
+) -> None:
+    from window_retriever.evaluation import resolve_sources
+
+    store = make_store()
+    stored = str(tmp_path / "pages" / "errors.html")
+    docs = [Document(page_content="Errors and exceptions.", metadata={"source": stored})]
+    add_chunks(store, WindowSplitter().split_documents(docs))
+    questions = [
+        Question(line=1, question="?", source=stored, answer="x"),
+        Question(line=2, question="?", source="pages/errors.html", answer="x"),
+        Question(line=3, question="?", source="pages/eror.html", answer="x"),
+        Question(line=4, question="?", source="gone", file_id="f", answer="x"),
+    ]
+    resolved, warnings = resolve_sources(store, questions, cwd=tmp_path)
+    assert [q.source for q in resolved] == [stored, stored, "pages/eror.html", "gone"]
+    assert warnings == [
+        "line 3: source 'pages/eror.html' is not a stored source, so the question scores as a "
+        f"miss (the closest is {stored!r}; local files are stored under their absolute paths)"
+    ]
+    assert resolve_sources(object(), questions) == (questions, [])  # a store it cannot list

@@ -8,7 +8,7 @@ import pytest
 
 from window_retriever._loaders import _head_title, _page_title, _soup
 
-PAGES = sorted((Path(__file__).parents[2] / "examples" / "pages").glob("*.html"))
+PAGES = sorted((Path(__file__).parents[2] / "window_retriever" / "_data" / "pages").glob("*.html"))
 TRICKY = [
     "<html><head><title>Errors</title></head><body><svg><title>icon</title></svg></body></html>",
     "<html><head><!-- </head> --><title>T</title></head><body>x</body></html>",
