@@ -432,11 +432,6 @@ def _ingest(args: argparse.Namespace) -> int:
     return EXIT_SOURCES_FAILED if counts["failed"] else EXIT_OK
 
 
-def _count(number: int, noun: str) -> str:
-    """``1 chunk``, ``2 chunks``."""
-    return f"{number} {noun}{'' if number == 1 else 's'}"
-
-
 def _query(args: argparse.Namespace) -> int:
     _check_window_arguments(args)
     where = None
