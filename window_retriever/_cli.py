@@ -568,6 +568,7 @@ _CLI_WORDS: tuple[tuple[str | re.Pattern[str], str], ...] = (
     ("or pass another database", "or pass another --chroma-database"),
     ("pass tenant= and database= as arguments", "pass --chroma-tenant and --chroma-database"),
     ("or raise timeout (", "or raise --chroma-timeout ("),
+    (re.compile(r"^timeout must be"), "--chroma-timeout must be"),
     ("or another collection", "or pass another --collection"),
     # open_store names the url argument `url`, and WINDOW_RETRIEVER_CHROMA_URL when the URL
     # came from there: only a URL given as --chroma-url is --chroma-url.

@@ -393,6 +393,8 @@ def test_the_cli_takes_the_timeout_and_names_its_flag(
         f"running and not overloaded, or raise --chroma-timeout ({ENV_TIMEOUT})"
     )
     assert sent[0].extensions["timeout"]["read"] == 2
+    line = cli(["query", "q", "--chroma-url", "http://127.0.0.1:8000", "--chroma-timeout", "0"])
+    assert line == "--chroma-timeout must be a positive number of seconds, e.g. 30, got 0.0"
 
 
 def test_the_cli_says_which_options_replace_a_query(cli: Callable[..., str]) -> None:
