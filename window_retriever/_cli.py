@@ -28,6 +28,7 @@ from window_retriever._open import (
     ENV_DATABASE,
     ENV_DB,
     ENV_TENANT,
+    ENV_TIMEOUT,
     ENV_TOKEN,
     ENV_URL,
 )
@@ -65,6 +66,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as error:  # one clear line, never a traceback (unless --debug)
         if args.debug:
             traceback.print_exc()
+        if not isinstance(error, WindowRetrieverError):  # a store call not translated yet
+            from window_retriever._open import _public
+            from window_retriever._stores import store_failure
+
+            url = getattr(args, "chroma_url", None) or os.environ.get(ENV_URL)
+            error = store_failure(error, _public(url) if url else None) or error
         message = _one_line(error)
         if not isinstance(error, CommandError):  # CLI messages speak CLI already
             message = _cli_words(message)
@@ -277,6 +284,12 @@ def _store_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"the server's Chroma database (default: ${ENV_DATABASE}, else Chroma's default)",
     )
     parser.add_argument(
+        "--chroma-timeout",
+        type=float,
+        metavar="SECONDS",
+        help=f"how long to wait for each answer of the server (default: ${ENV_TIMEOUT}, else 30)",
+    )
+    parser.add_argument(
         "--collection",
         default=DEFAULT_COLLECTION,
         metavar="NAME",
@@ -436,14 +449,26 @@ def _query(args: argparse.Namespace) -> int:
     _check_window_arguments(args)
     where = None
     if args.filter is not None:
+        from window_retriever._filters import check_where
+
+        def finite(text: str) -> float:  # NaN, Infinity and 1e999, which JSON alone lets in
+            number = float(text)
+            if not math.isfinite(number):
+                raise CommandError(f"--filter holds {text}; Chroma takes only finite numbers")
+            return number
+
         try:
-            where = json.loads(args.filter)
+            where = json.loads(args.filter, parse_float=finite, parse_constant=finite)
         except json.JSONDecodeError as error:
             raise CommandError(
                 f"--filter is not valid JSON ({error.msg} at column {error.colno})"
             ) from None
         if not isinstance(where, dict):
             raise CommandError('--filter must be a JSON object, e.g. {"tenant": "acme"}')
+        try:
+            check_where(where, "--filter")
+        except ValueError as error:
+            raise CommandError(str(error)) from None
     store = _open_for_reading(args)
     docs = _retrieve(store, args, where)
     if args.json:
@@ -620,6 +645,9 @@ _CLI_WORDS: tuple[tuple[str | re.Pattern[str], str], ...] = (
     ("or pass another tenant", "or pass another --chroma-tenant"),
     ("or pass another database", "or pass another --chroma-database"),
     ("pass tenant= and database= as arguments", "pass --chroma-tenant and --chroma-database"),
+    ("or raise timeout (", "or raise --chroma-timeout ("),
+    (re.compile(r"^timeout must be"), "--chroma-timeout must be"),
+    ("or another collection", "or pass another --collection"),
     # open_store names the url argument `url`, and WINDOW_RETRIEVER_CHROMA_URL when the URL
     # came from there: only a URL given as --chroma-url is --chroma-url.
     (re.compile(r"(^|\bin |\bcheck )url\b"), r"\1--chroma-url"),
@@ -746,6 +774,7 @@ def _store(args: argparse.Namespace, *, create: bool) -> Any:
             create=create,
             tenant=args.chroma_tenant,
             database=args.chroma_database,
+            timeout=getattr(args, "chroma_timeout", None),
         )
     except (ConfigurationError, StoreError) as error:
         raise CommandError(_cli_words(str(error))) from None

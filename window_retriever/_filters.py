@@ -43,10 +43,13 @@ class _UndecidableError(Exception):
 def check_where(where: Any, name: str = "filter") -> None:
     """Raise ``ValueError`` naming the rule for a filter that Chroma would reject.
 
-    Checks the shape only: each node one key, ``$and`` / ``$or`` lists of two or more
-    filters, known operators, numbers for ``$gt`` / ``$gte`` / ``$lt`` / ``$lte``, lists
-    for ``$in`` / ``$nin``. Anything it lets through that Chroma still rejects comes back as
-    Chroma's own error.
+    The rules, as Chroma 1.5 enforces them (checked by a differential test against it): each
+    node one key; ``$and`` / ``$or`` lists of two or more filters; known operators; a value,
+    ``$eq``, ``$ne``, ``$contains`` and ``$not_contains`` take one string, number or bool;
+    ``$gt`` / ``$gte`` / ``$lt`` / ``$lte`` a number; ``$in`` / ``$nin`` a non-empty list of
+    one type. Numbers must be finite (no NaN, no infinity) and ints fit in 64 bits (a Chroma
+    server refuses bigger ones). Anything it lets through that Chroma still rejects comes back
+    as Chroma's own error.
     """
     _check_node(where, name)
 
@@ -74,6 +77,7 @@ def _check_node(node: Any, name: str) -> None:
         msg = f"{name}: unknown operator {key!r} at the top; use $and, $or or a metadata key"
         raise ValueError(msg)
     if not isinstance(value, Mapping):
+        _check_operand(value, name, repr(key), several="$in")
         return
     if len(value) != 1:
         msg = f"{name}: {key!r} takes one operator, e.g. {{'$gte': 2}}, got {dict(value)!r}"
@@ -83,11 +87,49 @@ def _check_node(node: Any, name: str) -> None:
         known = ", ".join(sorted(KNOWN_OPERATORS))
         msg = f"{name}: unknown operator {operator!r} on {key!r}; Chroma knows {known}"
         raise ValueError(msg)
-    if operator in _COMPARISONS and _kind(operand) not in ("int", "float"):
-        msg = f"{name}: {operator} on {key!r} compares numbers, got {operand!r}"
+    where = f"{operator} on {key!r}"
+    if operator in _COMPARISONS:
+        if _kind(operand) not in ("int", "float"):
+            raise ValueError(f"{name}: {where} compares numbers, got {operand!r}")
+        _check_operand(operand, name, where)
+    elif operator in ("$in", "$nin"):
+        _check_list_operand(operand, name, where)
+    else:
+        _check_operand(operand, name, where, several={"$eq": "$in", "$ne": "$nin"}.get(operator))
+
+
+_INT64 = range(-(2**63), 2**63)
+
+
+def _check_operand(operand: Any, name: str, where: str, *, several: str | None = None) -> None:
+    """Refuse what Chroma cannot compare: no scalar, NaN, infinity, an int beyond 64 bits."""
+    kind = _kind(operand)
+    if kind == "other":
+        hint = f"; for any of several values, use {several}: [...]" if several else ""
+        hint = hint if isinstance(operand, list | tuple) else ""
+        msg = f"{name}: {where} takes one string, number or bool, got {operand!r}{hint}"
         raise ValueError(msg)
-    if operator in ("$in", "$nin") and (not isinstance(operand, list) or not operand):
-        msg = f"{name}: {operator} on {key!r} takes a non-empty list, got {operand!r}"
+    if kind == "float" and not math.isfinite(operand):
+        msg = f"{name}: {where} got {operand!r}; Chroma takes no NaN or infinite number"
+        raise ValueError(msg + ": use a finite one")
+    if kind == "int" and operand not in _INT64:
+        msg = f"{name}: {where} got {operand}, beyond the 64-bit integers Chroma stores"
+        raise ValueError(msg + ": use a smaller number")
+
+
+def _check_list_operand(operand: Any, name: str, where: str) -> None:
+    if not isinstance(operand, list) or not operand:
+        raise ValueError(f"{name}: {where} takes a non-empty list, got {operand!r}")
+    for item in operand:
+        if _kind(item) == "other":
+            msg = f"{name}: {where} takes a list of strings, numbers or bools, got {operand!r}"
+            raise ValueError(msg)
+        _check_operand(item, name, where)
+    if len({_kind(item) for item in operand}) > 1:
+        msg = (
+            f"{name}: {where} takes values of one type (all strings, all ints, all floats or "
+            f"all bools), got {operand!r}"
+        )
         raise ValueError(msg)
 
 

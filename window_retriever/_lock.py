@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from window_retriever._errors import WindowRetrieverError
+from window_retriever._errors import StoreError, WindowRetrieverError
 
 LOCK_NAME = ".window-retriever.lock"
 
@@ -26,8 +26,14 @@ class StoreLockedError(WindowRetrieverError):
 def writer_lock(directory: str | Path, *, wait: bool = False) -> Iterator[None]:
     """Hold the exclusive writer lock of ``directory`` (created if missing) for the block."""
     path = Path(directory)
-    path.mkdir(parents=True, exist_ok=True)
-    descriptor = os.open(path / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
+    if path.exists() and not path.is_dir():  # as open_store words it
+        raise StoreError(f"{path} is a file, not a store directory")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        descriptor = os.open(path / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as error:  # a file on the way (NotADirectoryError), no permission, ...
+        reason = error.strerror or type(error).__name__
+        raise StoreError(f"cannot use {path} as a store directory ({reason})") from None
     try:
         try:
             fcntl.flock(descriptor, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))

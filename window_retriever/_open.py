@@ -16,6 +16,7 @@ credentials itself; a proxy in front of it or Chroma's distributed deployment do
 from __future__ import annotations
 
 import base64
+import math
 import os
 import re
 import unicodedata
@@ -43,10 +44,14 @@ ENV_TOKEN: Final = "WINDOW_RETRIEVER_CHROMA_TOKEN"  # noqa: S105 - a variable's 
 ENV_TOKEN_HEADER: Final = "WINDOW_RETRIEVER_CHROMA_TOKEN_HEADER"  # noqa: S105
 ENV_TENANT: Final = "WINDOW_RETRIEVER_CHROMA_TENANT"
 ENV_DATABASE: Final = "WINDOW_RETRIEVER_CHROMA_DATABASE"
+ENV_TIMEOUT: Final = "WINDOW_RETRIEVER_CHROMA_TIMEOUT"
+"""Seconds to wait for each answer of the server (default :data:`DEFAULT_TIMEOUT`)."""
 
 TOKEN_HEADERS: Final = ("Authorization", "X-Chroma-Token")
-PROBE_TIMEOUT: Final = 10.0
-"""Seconds to wait for the server's first answers when the store is opened."""
+DEFAULT_TIMEOUT: Final = 30.0
+"""Seconds to wait for each answer of a Chroma server, unless told otherwise."""
+CONNECT_TIMEOUT: Final = 5.0
+"""Seconds to wait for a connection to the server (the timeout, when that is shorter)."""
 _LONG_ENOUGH: Final = 8
 """The fewest characters of a header's value that messages hide as a possible credential."""
 
@@ -63,6 +68,7 @@ def open_store(
     tenant: str | None = None,
     database: str | None = None,
     headers: Mapping[str, str] | None = None,
+    timeout: float | None = None,
     environ: Mapping[str, str] | None = None,
 ) -> Chroma:
     """Open (or, with ``create=True``, create) a collection as a ``langchain_chroma.Chroma``.
@@ -85,13 +91,17 @@ def open_store(
         database: Chroma's database; default ``WINDOW_RETRIEVER_CHROMA_DATABASE``, else
             Chroma's.
         headers: More HTTP headers for every request to the server.
+        timeout: Seconds to wait for each answer of the server (searches, fetches and
+            writes alike; a connection gets at most 5 of them); default
+            ``WINDOW_RETRIEVER_CHROMA_TIMEOUT``, else 30. A server that does not answer in
+            time is a ``StoreError``, not a wait without end.
         environ: Where the variables are read (default ``os.environ``).
 
     Raises:
         ConfigurationError: The arguments contradict each other or are malformed (a token or
             password that no HTTP header can carry included).
-        StoreError: The store cannot be opened: an unreachable server, refused credentials,
-            a missing store, tenant, database or collection.
+        StoreError: The store cannot be opened: an unreachable or unresponsive server,
+            refused credentials, a missing store, tenant, database or collection.
 
     Every message is one line that names the argument, or the variable it was read from, and
     the fix; it never shows the token or the password, not even of a URL that does not parse.
@@ -113,7 +123,10 @@ def open_store(
             secrets = _secrets(url, token, headers)
             address = _address(url, names.url)
             sent = _headers(address, names, token=token, token_header=token_header, headers=headers)
-            client = _server_client(address, sent, names, tenant=tenant, database=database)
+            waits = _timeout(timeout, env)
+            client = _server_client(
+                address, sent, names, tenant=tenant, database=database, timeout=waits
+            )
             where = address.shown
         else:
             directory = directory or Path(DEFAULT_DB)  # (store_location never leaves both None)
@@ -269,13 +282,14 @@ def _server_client(
     *,
     tenant: str | None,
     database: str | None,
+    timeout: Any,
 ) -> Any:
     import chromadb
     from chromadb.config import DEFAULT_DATABASE, DEFAULT_TENANT
 
-    _probe(address, headers, names, tenant, database)
+    _probe(address, headers, names, tenant, database, timeout)
     try:
-        return chromadb.HttpClient(
+        client = chromadb.HttpClient(
             host=address.host,
             port=address.port,
             ssl=address.scheme == "https",
@@ -286,6 +300,38 @@ def _server_client(
     except Exception as error:
         msg = f"the Chroma server at {address.shown} failed: {_brief(error)}"
         raise StoreError(msg) from None
+    # Chroma's client waits without end (its httpx.Client has timeout=None, and no setting
+    # changes that): give its session ours. Every call of the store, reads and writes, and the
+    # retriever's async client (which copies it) then stop waiting after `timeout` seconds.
+    session = getattr(getattr(client, "_server", None), "_session", None)
+    if session is not None:
+        session.timeout = timeout
+    return client
+
+
+def _timeout(timeout: float | None, env: Mapping[str, str]) -> Any:
+    """The waits for a server, as an ``httpx.Timeout``: ``timeout``, else the variable, else 30."""
+    import httpx
+
+    name = "timeout"
+    if timeout is None and env.get(ENV_TIMEOUT):
+        name, text = ENV_TIMEOUT, env[ENV_TIMEOUT]
+        try:
+            timeout = float(text)
+        except ValueError:
+            msg = f"{ENV_TIMEOUT} must be a number of seconds, e.g. 30, got {text!r}"
+            raise ConfigurationError(msg) from None
+    if timeout is None:
+        timeout = DEFAULT_TIMEOUT
+    if (
+        isinstance(timeout, bool)
+        or not isinstance(timeout, int | float)
+        or not math.isfinite(timeout)
+        or timeout <= 0
+    ):
+        msg = f"{name} must be a positive number of seconds, e.g. 30, got {timeout!r}"
+        raise ConfigurationError(msg)
+    return httpx.Timeout(float(timeout), connect=min(float(timeout), CONNECT_TIMEOUT))
 
 
 def _probe(
@@ -294,6 +340,7 @@ def _probe(
     names: _Names,
     tenant: str | None,
     database: str | None,
+    timeout: Any,
 ) -> None:
     """Ask the server who we are, and for the tenant and database, before Chroma's client does.
 
@@ -304,6 +351,8 @@ def _probe(
     import httpx
     from chromadb.config import DEFAULT_TENANT
 
+    from window_retriever._stores import timeout_message
+
     where = address.shown
     tenant_path = f"/api/v2/tenants/{quote(tenant or DEFAULT_TENANT, safe='')}"
     checks = [("/api/v2/auth/identity", "", "")]
@@ -312,9 +361,7 @@ def _probe(
     if database:
         checks.append((f"{tenant_path}/databases/{quote(database, safe='')}", "database", database))
     try:
-        with httpx.Client(
-            base_url=address.base, headers=dict(headers), timeout=PROBE_TIMEOUT
-        ) as client:
+        with httpx.Client(base_url=address.base, headers=dict(headers), timeout=timeout) as client:
             for path, kind, name in checks:
                 response = client.get(path)
                 if response.status_code in (401, 403):
@@ -338,6 +385,8 @@ def _probe(
     except (httpx.InvalidURL, UnicodeError):  # a host that cannot be looked up
         msg = f"{names.url} is not a URL HTTP can reach, got {where!r}; give http://HOST:PORT"
         raise ConfigurationError(msg) from None
+    except httpx.TimeoutException as error:
+        raise StoreError(timeout_message(f"the Chroma server at {where}", error)) from None
     except httpx.HTTPError as error:
         port = "" if address.port_given else f" on its default port {address.port}"
         raise StoreError(

@@ -7,16 +7,19 @@ the sync and async paths share one body, and another store needs only another ad
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
 import weakref
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, runtime_checkable
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
 from langchain_core.documents import Document
 from langchain_core.runnables.config import run_in_executor
 
-from window_retriever._errors import ConfigurationError
+from window_retriever._errors import ConfigurationError, StoreError, WindowRetrieverError
+from window_retriever._open import ENV_TIMEOUT, ENV_TOKEN
 
 Where = Mapping[str, Any]
 Space = Literal["l2", "cosine", "ip"]
@@ -131,12 +134,13 @@ class ChromaWindowStore:
 
     def search(self, request: Search) -> list[tuple[Document, float]]:
         """Run ``similarity_search_with_score`` (Chroma distances: lower is better)."""
-        return self.vectorstore.similarity_search_with_score(  # type: ignore[no-any-return]
-            request.query,
-            k=request.k,
-            filter=dict(request.where) if request.where is not None else None,
-            where_document=dict(request.where_document) if request.where_document else None,
-        )
+        with store_errors(self.vectorstore):
+            return self.vectorstore.similarity_search_with_score(  # type: ignore[no-any-return]
+                request.query,
+                k=request.k,
+                filter=dict(request.where) if request.where is not None else None,
+                where_document=dict(request.where_document) if request.where_document else None,
+            )
 
     def fetch(self, request: Fetch) -> list[Document]:
         """Get chunks by id in one call; ``where`` only when the caller could not decide it."""
@@ -145,20 +149,23 @@ class ChromaWindowStore:
     def search_ids(self, request: SearchIds) -> list[tuple[str, float]]:
         """Search by the query's vector for ids and distances only."""
         vector = self._embedder().embed_query(request.query)
-        result = self.vectorstore._collection.query(**_ids_query_arguments(request, vector))
+        with store_errors(self.vectorstore):
+            result = self.vectorstore._collection.query(**_ids_query_arguments(request, vector))
         return list(zip(result["ids"][0], map(float, result["distances"][0]), strict=True))
 
     def search_embedded(self, request: Search) -> Embedded:
         """Embed the query with the store's embedding function and search by that vector."""
         vector = list(self._embedder().embed_query(request.query))
-        result = self.vectorstore._collection.query(**_query_arguments(request, vector))
+        with store_errors(self.vectorstore):
+            result = self.vectorstore._collection.query(**_query_arguments(request, vector))
         return _embedded_hits(result, vector, self.space())
 
     def fetch_embedded(self, request: Fetch, *, embeddings: bool = True) -> Embedded:
         """Get chunks by id in one call, with their stored embeddings."""
         if not request.ids:
             return Embedded(documents=[], embeddings=[])
-        result = self.vectorstore._collection.get(**_get_arguments(request, embeddings))
+        with store_errors(self.vectorstore):
+            result = self.vectorstore._collection.get(**_get_arguments(request, embeddings))
         return _embedded_chunks(result, embeddings)
 
     def space(self) -> Space:
@@ -241,17 +248,21 @@ class _AsyncServer:
     """The store's own Chroma server, spoken to with one ``httpx.AsyncClient`` per event loop.
 
     The address, the headers (credentials included, whether given as headers or through
-    Chroma's auth provider), the tenant and the database are those the store's sync client
-    sends, read from it; the collection id is read on every call, so a reset collection is
-    followed. Chroma's own ``AsyncHttpClient`` is not used: it shares its connections between
-    every client of one event loop, so two stores with two tokens would send one token.
+    Chroma's auth provider), the timeout, the tenant and the database are those the store's
+    sync client sends, read from it; the collection id is read on every call, so a reset
+    collection is followed. Chroma's own ``AsyncHttpClient`` is not used: it shares its
+    connections between every client of one event loop, so two stores with two tokens would
+    send one token.
     """
 
-    def __init__(self, vectorstore: Any, url: str, headers: dict[str, str], verify: Any) -> None:
+    def __init__(
+        self, vectorstore: Any, url: str, headers: dict[str, str], verify: Any, timeout: Any
+    ) -> None:
         self._vectorstore = vectorstore
         self._url = url
         self._headers = headers
         self._verify = verify
+        self._timeout = timeout
         self._clients: weakref.WeakKeyDictionary[
             asyncio.AbstractEventLoop, tuple[Any, AsyncIterator[None]]
         ] = weakref.WeakKeyDictionary()
@@ -273,7 +284,9 @@ class _AsyncServer:
         except Exception:  # not a Chroma HTTP client: the thread path
             return None
         verify = settings.chroma_server_ssl_verify
-        return cls(vectorstore, url, headers, True if verify is None else verify)
+        # The sync client's waits (open_store gives it a timeout; Chroma's own has none).
+        timeout = getattr(getattr(server, "_session", None), "timeout", None)
+        return cls(vectorstore, url, headers, True if verify is None else verify, timeout)
 
     async def call(self, endpoint: str, body: Mapping[str, Any]) -> Any:
         """POST ``body`` to the collection's ``endpoint`` (``query`` or ``get``)."""
@@ -281,11 +294,12 @@ class _AsyncServer:
         from chromadb.api.base_http_client import BaseHTTPClient
 
         collection = str(self._vectorstore._collection.id)
-        response = await (await self._client()).post(
-            f"{self._url}{quote(collection, safe='')}/{endpoint}",
-            content=orjson.dumps(body, option=orjson.OPT_SERIALIZE_NUMPY),
-        )
-        BaseHTTPClient._raise_chroma_error(response)  # Chroma's own errors, as sync raises them
+        with store_errors(self._vectorstore):
+            response = await (await self._client()).post(
+                f"{self._url}{quote(collection, safe='')}/{endpoint}",
+                content=orjson.dumps(body, option=orjson.OPT_SERIALIZE_NUMPY),
+            )
+            BaseHTTPClient._raise_chroma_error(response)  # Chroma's errors, as sync raises them
         return orjson.loads(response.content)
 
     async def _client(self) -> Any:
@@ -296,11 +310,7 @@ class _AsyncServer:
         if entry is not None:
             return entry[0]
         verify = self._verify if self._url.startswith("https:") else False
-        client = httpx.AsyncClient(
-            headers=self._headers,
-            timeout=None,  # noqa: S113 - none, as Chroma's own sync client
-            verify=verify,
-        )
+        client = httpx.AsyncClient(headers=self._headers, timeout=self._timeout, verify=verify)
         closer = _close_when_the_loop_ends(client)
         self._clients[loop] = (client, closer)  # before any await: one client per loop
         await anext(closer)
@@ -449,3 +459,155 @@ def store_adapter(vectorstore: Any) -> WindowStore:
         f"window_retriever.WindowStore), got {type(vectorstore).__name__}"
     )
     raise ConfigurationError(msg)
+
+
+# ---- failures ---------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def store_errors(vectorstore: Any) -> Iterator[None]:
+    """Turn a failed Chroma call in the block into a one-line ``StoreError`` that names the fix.
+
+    The one place where Chroma's and httpx's failures are read: a server that cannot be
+    reached, does not answer in time or refuses the credentials (named by its URL, never with
+    its credentials), and a collection that holds vectors of another dimension than the
+    embedding model gives. Any other error passes as it is. The retriever's Chroma adapter
+    runs every call in it; ingestion wraps its reads and writes in it::
+
+        with store_errors(vectorstore):
+            vectorstore._collection.upsert(...)
+    """
+    try:
+        yield
+    except WindowRetrieverError:
+        raise
+    except Exception as error:
+        failure = store_failure(error, server_address(vectorstore), vectorstore=vectorstore)
+        if failure is None:
+            raise
+        raise failure from None
+
+
+def store_failure(
+    error: BaseException, server: str | None, *, vectorstore: Any = None
+) -> StoreError | None:
+    """What ``error`` of a Chroma call means, as a ``StoreError``; None when it is no such failure.
+
+    Args:
+        error: An exception raised by chromadb or httpx (or anything else: then None).
+        server: The server's URL for the message (no credentials), or None if unknown.
+        vectorstore: The store the call was made on, to tell a dimension mismatch apart.
+    """
+    import httpx
+    from chromadb.errors import ChromaError
+
+    named = f"the Chroma server at {server}" if server else "the Chroma server"
+    for cause in _causes(error):
+        if isinstance(cause, httpx.TimeoutException):
+            return StoreError(timeout_message(named, cause))
+        status = _refusal(cause)
+        if status:
+            return StoreError(
+                f"{named} refused the credentials (HTTP {status}); check the token "
+                f"({ENV_TOKEN}) or the user:password of the URL: it may have been revoked"
+            )
+        if isinstance(cause, httpx.ConnectError):
+            return StoreError(f"cannot reach {named} ({_reason(cause)}); is it running?")
+        if isinstance(cause, httpx.TransportError):
+            return StoreError(f"{named} broke the connection ({_reason(cause)}); is it running?")
+    if vectorstore is not None and isinstance(error, ChromaError):
+        return _dimension_failure(vectorstore, server)
+    return None
+
+
+def timeout_message(named: str, error: Any) -> str:
+    """``named`` (the server) did not answer within the timeout that ``error`` ran out of."""
+    import httpx
+
+    waits: Mapping[str, Any] = {}
+    with contextlib.suppress(RuntimeError):  # an httpx error without its request
+        waits = error.request.extensions.get("timeout") or {}
+    kind, what = "read", "did not answer"
+    if isinstance(error, httpx.ConnectTimeout):
+        kind, what = "connect", "did not accept a connection"
+    elif isinstance(error, httpx.WriteTimeout | httpx.PoolTimeout):
+        kind, what = "write", "did not take the request"
+    seconds = waits.get(kind)
+    within = f" within {seconds:g} s" if isinstance(seconds, int | float) else " in time"
+    return (
+        f"{named} {what}{within}; check that it is running and not overloaded, "
+        f"or raise timeout ({ENV_TIMEOUT})"
+    )
+
+
+def server_address(vectorstore: Any) -> str | None:
+    """The URL of the Chroma server behind ``vectorstore`` (no credentials); None if embedded."""
+    client: Any = getattr(vectorstore, "_client", None)
+    try:
+        if client.get_settings().chroma_api_impl != "chromadb.api.fastapi.FastAPI":
+            return None
+        parts = urlsplit(client._server.get_api_url())
+    except Exception:  # not a Chroma HTTP client
+        return None
+    return f"{parts.scheme}://{parts.netloc.rpartition('@')[2]}"
+
+
+def _causes(error: BaseException) -> Iterator[BaseException]:
+    """``error`` and what it was raised from or during, innermost last."""
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        yield current
+        current = current.__cause__ or current.__context__
+
+
+def _refusal(error: BaseException) -> int:
+    """401 or 403 when ``error`` is a server's refusal of the credentials, else 0.
+
+    Chroma's client raises a refusal as a bare ``Exception`` of the body, raised while
+    handling httpx's ``HTTPStatusError`` (found as its context), or as one of its own errors
+    when the body names one.
+    """
+    import httpx
+    from chromadb.errors import ChromaError
+
+    if isinstance(error, httpx.HTTPStatusError):
+        status = error.response.status_code
+    elif isinstance(error, ChromaError):
+        status = error.code()
+    else:
+        return 0
+    return status if status in (401, 403) else 0
+
+
+def _reason(error: BaseException) -> str:
+    """Why a connection failed, in a few words: the system's reason when there is one."""
+    for cause in _causes(error):
+        if isinstance(cause, OSError) and (cause.errno or cause.strerror):
+            reason = os.strerror(cause.errno) if cause.errno else str(cause.strerror)
+            return reason[:1].lower() + reason[1:]
+    reason = " ".join(str(error).split())[:120].rstrip(".") or type(error).__name__
+    return reason[:1].lower() + reason[1:]
+
+
+def _dimension_failure(vectorstore: Any, server: str | None) -> StoreError | None:
+    """A StoreError if the collection holds vectors of another dimension than the model's.
+
+    Asked only after Chroma refused a call: one stored vector is read and one text embedded.
+    """
+    try:
+        collection = vectorstore._collection
+        stored = collection.get(limit=1, include=["embeddings"])["embeddings"]
+        held = len(stored[0]) if stored is not None and len(stored) else 0
+        given = len(vectorstore.embeddings.embed_query("dimension"))
+        where = server or f"{collection._client.get_settings().persist_directory}/"
+    except Exception:
+        return None
+    if not held or held == given:
+        return None
+    return StoreError(
+        f"the collection {collection.name!r} at {where} holds vectors of dimension {held}, but "
+        f"the embedding model gives {given}; use the model the collection was built with, "
+        "or another collection"
+    )

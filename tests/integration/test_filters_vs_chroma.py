@@ -16,7 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from window_retriever._filters import check_where, compile_where
+from window_retriever._filters import KNOWN_OPERATORS, check_where, compile_where
 
 INTS = [-2, -1, 0, 1, 2]
 FLOATS = [-1.5, -0.5, 0.0, 0.5, 1.0, 1.5, 2.0]
@@ -149,3 +149,92 @@ def test_the_shape_check_names_the_rule_chroma_would_enforce(
 @pytest.mark.parametrize("where", [{"a": {"$contains": 1}}, {"a": {"$not_contains": "a"}}], ids=str)
 def test_operators_outside_the_evaluator_go_to_the_store(where: dict[str, Any]) -> None:
     assert compile_where(where) is None
+
+
+# Values of every kind a caller might pass, Chroma's refusals included: NaN, infinities, None,
+# lists where one value is due, mixed or nested lists, ints at and beyond 64 bits.
+WILD: list[Any] = [
+    *INTS,
+    1.5,
+    "a",
+    True,
+    float("nan"),
+    float("inf"),
+    float("-inf"),
+    None,
+    [],
+    ["a"],
+    [1, 2],
+    [1.5, float("nan")],
+    [1, "a"],
+    [1, True],
+    [True, 1],
+    [1, 1.5],
+    [[1]],
+    [None],
+    {"$eq": 1},
+    2**63 - 1,
+    -(2**63),
+    2**63,
+    2**70,
+]
+BEYOND_64_BITS = (2**63, 2**70)
+
+
+def _wild_leaf() -> st.SearchStrategy[dict[str, Any]]:
+    values = st.sampled_from(WILD)
+    return st.one_of(
+        st.builds(lambda k, v: {k: v}, keys, values),
+        st.builds(
+            lambda k, op, v: {k: {op: v}}, keys, st.sampled_from(sorted(KNOWN_OPERATORS)), values
+        ),
+    )
+
+
+wild_filters = st.recursive(
+    _wild_leaf(),
+    lambda children: st.builds(
+        lambda op, parts: {op: parts},
+        st.sampled_from(["$and", "$or"]),
+        st.lists(children, min_size=2, max_size=3),
+    ),
+    max_leaves=3,
+)
+
+
+def _beyond_64_bits(node: Any) -> bool:
+    if isinstance(node, dict):
+        return any(_beyond_64_bits(value) for value in node.values())
+    if isinstance(node, list):
+        return any(_beyond_64_bits(value) for value in node)
+    return not isinstance(node, bool) and node in BEYOND_64_BITS
+
+
+@settings(
+    max_examples=400, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(where=wild_filters)
+def test_the_check_refuses_exactly_what_chroma_refuses(
+    collection: Any, where: dict[str, Any]
+) -> None:
+    """check_where raises (a one-line rule) for every filter Chroma refuses, and only those.
+
+    One deliberate difference: ints beyond 64 bits, which embedded Chroma takes (to some
+    effect) and a Chroma server refuses; the check refuses them everywhere.
+    """
+    try:
+        collection.get(where=where, include=[])
+        chroma_takes = True
+    except Exception:
+        chroma_takes = False
+    refusal = ""
+    try:
+        check_where(where)
+    except ValueError as error:
+        refusal = str(error)
+    we_take = not refusal
+    assert we_take or (refusal.startswith("filter: ") and "\n" not in refusal)
+    if _beyond_64_bits(where):
+        assert not we_take, where
+    else:
+        assert we_take == chroma_takes, (where, chroma_takes)

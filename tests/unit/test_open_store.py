@@ -289,15 +289,55 @@ def test_a_query_or_fragment_is_refused(url: str) -> None:
     )
 
 
+# ---- the timeout --------------------------------------------------------------------------------
+
+ENV_TIMEOUT = "WINDOW_RETRIEVER_CHROMA_TIMEOUT"
+
+
+def no_answer(request: httpx.Request) -> httpx.Response:
+    raise httpx.ReadTimeout("timed out", request=request)
+
+
+@pytest.mark.parametrize("timeout", [0, -1, float("nan"), float("inf"), True, "30"])
+def test_a_timeout_that_is_no_number_of_seconds_is_refused(timeout: Any) -> None:
+    message = refused(url="http://127.0.0.1:8000", timeout=timeout)
+    assert message == f"timeout must be a positive number of seconds, e.g. 30, got {timeout!r}"
+
+
+def test_the_timeout_variable_is_named_when_it_is_wrong() -> None:
+    message = refused(url="http://127.0.0.1:8000", environ={ENV_TIMEOUT: "soon"})
+    assert message == f"{ENV_TIMEOUT} must be a number of seconds, e.g. 30, got 'soon'"
+    message = refused(url="http://127.0.0.1:8000", environ={ENV_TIMEOUT: "0"})
+    assert message == f"{ENV_TIMEOUT} must be a positive number of seconds, e.g. 30, got 0.0"
+
+
+@pytest.mark.parametrize(
+    ("options", "read", "connect"),
+    [({}, 30.0, 5.0), ({"timeout": 2.5}, 2.5, 2.5), ({"environ": {ENV_TIMEOUT: "60"}}, 60.0, 5.0)],
+)
+def test_the_server_is_waited_for_as_long_as_the_timeout_says(
+    fake_server: Callable[..., Requests], options: dict[str, Any], read: float, connect: float
+) -> None:
+    sent = fake_server(no_answer)
+    message = refused(StoreError, url="http://127.0.0.1:8000", **options)
+    assert message == (
+        f"the Chroma server at http://127.0.0.1:8000 did not answer within {read:g} s; check "
+        f"that it is running and not overloaded, or raise timeout ({ENV_TIMEOUT})"
+    )
+    waits = {"connect": connect, "read": read, "write": read, "pool": read}
+    assert sent[0].extensions["timeout"] == waits
+
+
 # ---- the command line ---------------------------------------------------------------------------
 
 
 @pytest.fixture
 def cli(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> Callable[..., str]:
     """Run the CLI with only ``env`` of the store's variables set; return its one error line."""
-    for name in ("DB", "CHROMA_URL", "CHROMA_TOKEN", "CHROMA_TOKEN_HEADER", "CHROMA_TENANT"):
+    for name in ("DB", "CHROMA_URL", "CHROMA_TOKEN", "CHROMA_TOKEN_HEADER", "CHROMA_TIMEOUT"):
         monkeypatch.delenv(f"WINDOW_RETRIEVER_{name}", raising=False)
     monkeypatch.delenv("WINDOW_RETRIEVER_CHROMA_DATABASE", raising=False)
+    monkeypatch.delenv("WINDOW_RETRIEVER_CHROMA_TENANT", raising=False)
 
     def run(argv: list[str], **env: str) -> str:
         for name, value in env.items():
@@ -341,6 +381,20 @@ def test_the_cli_names_the_token_variable_and_the_url_source(cli: Callable[..., 
     )
     line = cli(["query", "q"], **{ENV_URL: "http://127.0.0.1:8000", ENV_TOKEN: f"{TOKEN}\r"})
     assert line == f"{ENV_TOKEN} holds a line break, which no token has; set it to the token alone"
+
+
+def test_the_cli_takes_the_timeout_and_names_its_flag(
+    cli: Callable[..., str], fake_server: Callable[..., Requests]
+) -> None:
+    sent = fake_server(no_answer)
+    line = cli(["query", "q", "--chroma-url", "http://127.0.0.1:8000", "--chroma-timeout", "2"])
+    assert line == (
+        "the Chroma server at http://127.0.0.1:8000 did not answer within 2 s; check that it is "
+        f"running and not overloaded, or raise --chroma-timeout ({ENV_TIMEOUT})"
+    )
+    assert sent[0].extensions["timeout"]["read"] == 2
+    line = cli(["query", "q", "--chroma-url", "http://127.0.0.1:8000", "--chroma-timeout", "0"])
+    assert line == "--chroma-timeout must be a positive number of seconds, e.g. 30, got 0.0"
 
 
 def test_the_cli_says_which_options_replace_a_query(cli: Callable[..., str]) -> None:
