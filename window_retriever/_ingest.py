@@ -17,6 +17,7 @@ from window_retriever._errors import ConfigurationError, OwnershipError
 from window_retriever._ids import CHUNK_ID, CHUNK_INDEX, FILE_ID, FILE_VERSION
 from window_retriever._loaders import LoadOptions
 from window_retriever._splitter import WindowSplitter
+from window_retriever._stores import store_errors
 
 if TYPE_CHECKING:
     from window_retriever._pipeline import IngestProgress
@@ -75,12 +76,12 @@ def add_chunks(
     """
     ids = _chunk_ids(chunks)
     size = batch_size_for(vectorstore, batch_size)
-    if callable(getattr(vectorstore, "get", None)):  # a store that merges metadata on upsert
-        found = _get_by_ids(vectorstore, ids)
-        chunks = [
-            exactly(chunk, found.get(chunk_id)) for chunk, chunk_id in zip(chunks, ids, strict=True)
-        ]
-    store_chunks(vectorstore, chunks, size)
+    with store_errors(vectorstore):
+        if callable(getattr(vectorstore, "get", None)):  # a store that merges metadata on upsert
+            found = _get_by_ids(vectorstore, ids)
+            pairs = zip(chunks, ids, strict=True)
+            chunks = [exactly(chunk, found.get(chunk_id)) for chunk, chunk_id in pairs]
+        store_chunks(vectorstore, chunks, size)
     return ids
 
 
@@ -250,8 +251,9 @@ def sync_file(
     if not chunks:
         return FileOutcome("unchanged", 0, 0, 0)
     size = batch_size_for(vectorstore, batch_size)
-    plan = plan_file(vectorstore, chunks, owner_keys, replace_source_copies)
-    return apply_plan(vectorstore, plan, size)
+    with store_errors(vectorstore):
+        plan = plan_file(vectorstore, chunks, owner_keys, replace_source_copies)
+        return apply_plan(vectorstore, plan, size)
 
 
 @dataclass(frozen=True, slots=True)
@@ -514,16 +516,17 @@ def ingest_sources(
 
     ahead = Ahead(split_sources(sources, splitter, options, metadata, origins), AHEAD)
     try:
-        embeddings = writes_vectors(vectorstore)
-        if embeddings is None:
-            for name, chunks, error in ahead:
-                outcome = _sync_source(vectorstore, name, chunks, error)
-                if progress is not None and outcome.outcome is not None:
-                    progress.planned(outcome.outcome.written)
-                    progress.written(outcome.outcome.written)
-                yield outcome
-        else:
-            yield from pipelined(vectorstore, embeddings, ahead, progress)
+        with store_errors(vectorstore):
+            embeddings = writes_vectors(vectorstore)
+            if embeddings is None:
+                for name, chunks, error in ahead:
+                    outcome = _sync_source(vectorstore, name, chunks, error)
+                    if progress is not None and outcome.outcome is not None:
+                        progress.planned(outcome.outcome.written)
+                        progress.written(outcome.outcome.written)
+                    yield outcome
+            else:
+                yield from pipelined(vectorstore, embeddings, ahead, progress)
     finally:
         ahead.close()
 
@@ -631,26 +634,27 @@ def prune_missing(
     unlisted = [os.path.abspath(folder).rstrip(os.sep) + os.sep for folder in skip]
     seen = None if listed is None else {os.path.abspath(source) for source in listed}
     doomed: dict[str, list[str]] = {}
-    page_size = max(1, min(page_size, _id_batch_size(vectorstore)))
-    offset = 0
-    while True:
-        page = vectorstore.get(include=["metadatas"], limit=page_size, offset=offset)
-        for chunk_id, metadata in zip(page["ids"], page["metadatas"], strict=True):
-            metadata = metadata or {}
-            source = metadata.get("source")
-            if not isinstance(source, str) or not source.startswith(prefix) or source in kept:
-                continue
-            if metadata.get(INGEST_ORIGIN) != origin:
-                continue  # not read from this copy of the directory: not this run's to remove
-            if any(metadata.get(key) != owner.get(key) for key in owner_keys):
-                continue  # another owner's file
-            if any(source.startswith(folder) for folder in unlisted):
-                continue  # below a folder that could not be read: not known to be gone
-            if seen is not None and source not in seen and os.path.lexists(source):
-                continue  # appeared after this run listed the folder: not gone
-            doomed.setdefault(source, []).append(chunk_id)
-        if len(page["ids"]) < page_size:
-            break
-        offset += page_size
-    _delete(vectorstore, [chunk_id for chunk_ids in doomed.values() for chunk_id in chunk_ids])
+    with store_errors(vectorstore):
+        page_size = max(1, min(page_size, _id_batch_size(vectorstore)))
+        offset = 0
+        while True:
+            page = vectorstore.get(include=["metadatas"], limit=page_size, offset=offset)
+            for chunk_id, metadata in zip(page["ids"], page["metadatas"], strict=True):
+                metadata = metadata or {}
+                source = metadata.get("source")
+                if not isinstance(source, str) or not source.startswith(prefix) or source in kept:
+                    continue
+                if metadata.get(INGEST_ORIGIN) != origin:
+                    continue  # not read from this copy of the directory: not this run's to remove
+                if any(metadata.get(key) != owner.get(key) for key in owner_keys):
+                    continue  # another owner's file
+                if any(source.startswith(folder) for folder in unlisted):
+                    continue  # below a folder that could not be read: not known to be gone
+                if seen is not None and source not in seen and os.path.lexists(source):
+                    continue  # appeared after this run listed the folder: not gone
+                doomed.setdefault(source, []).append(chunk_id)
+            if len(page["ids"]) < page_size:
+                break
+            offset += page_size
+        _delete(vectorstore, [chunk_id for chunk_ids in doomed.values() for chunk_id in chunk_ids])
     return [Pruned(source, len(chunk_ids)) for source, chunk_ids in sorted(doomed.items())]

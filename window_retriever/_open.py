@@ -406,8 +406,8 @@ def _embedded_client(
     if not create and not (directory / "chroma.sqlite3").is_file():
         raise StoreError(f"no store at {directory}/; ingest into it first")
     try:
-        return chromadb.PersistentClient(
-            path=str(directory),
+        return chromadb.PersistentClient(  # Chroma caches clients by the path as given:
+            path=os.path.abspath(directory),  # "db" from two working directories is two stores
             tenant=tenant or DEFAULT_TENANT,
             database=database or DEFAULT_DATABASE,
         )

@@ -238,6 +238,7 @@ def state_problems(
             continue
         chunk = page.chunks[index]
         head = {"file_chunks": len(page.chunks)} if index == 0 else {}  # marks a whole write
+        metadata = {k: v for k, v in metadata.items() if k != "ingest_origin"}  # the folder's
         if (chunk_id, metadata, text_digest) != (
             chunk.id,
             {**chunk.metadata, **head},

@@ -406,3 +406,18 @@ def test_counts_of_one_are_singular(
     ]
     assert main(argv) == 0
     assert capsys.readouterr().out.startswith("1 question, 0 lines skipped\n")
+
+
+def test_a_relative_db_means_the_directory_it_names_from_each_working_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Chroma caches its clients by the path as given: ``db`` from two working directories
+    in one process must still be two stores."""
+    for name in ("one", "two"):
+        folder = tmp_path / name
+        folder.mkdir()
+        monkeypatch.chdir(folder)
+        (folder / "n.txt").write_text("Bees make honey in the hive. " * 20, encoding="utf-8")
+        assert main(["ingest", "n.txt", "--db", "db"]) == 0
+        assert (folder / "db" / "chroma.sqlite3").is_file(), name
+    capsys.readouterr()
