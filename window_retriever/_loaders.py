@@ -31,6 +31,8 @@ GONE = "no such file or directory"
 """The error of a local source that is not there (any more)."""
 EMPTY = "no text"
 """The error of a source with no text: for a file, as good as gone."""
+BINARY = "binary content, not text"
+NAME_NOT_UTF8 = "its name is not valid UTF-8; rename it"
 HTML_SUFFIXES = frozenset({".html", ".htm", ".xhtml"})
 TEXT_SUFFIXES = frozenset({".txt", ".md", ".markdown", ".rst"})
 _HTML_TYPES = ("text/html", "application/xhtml+xml")
@@ -85,12 +87,29 @@ def is_url(spec: str) -> bool:
     return urlsplit(spec).scheme in ("http", "https")
 
 
-def expand(specs: Iterable[str], unreadable: list[str] | None = None) -> list[str]:
+def expand(
+    specs: Iterable[str],
+    unreadable: list[str] | None = None,
+    repeated: list[tuple[str, str]] | None = None,
+) -> list[str]:
     """Expand directories into the HTML and text files below them, in a stable order.
 
     Web addresses lose their ``#fragment`` (it names a place in a page, not another page),
-    and a source given twice is loaded once. A folder below a directory that cannot be listed
-    is appended to ``unreadable`` (when given) instead of being passed over in silence.
+    and a source given twice is loaded once. Symbolic links are followed, and a file keeps
+    the path it was found by as its name (the link, not its target).
+
+    A folder that cannot be listed (no permission, or a symbolic link whose target is gone:
+    a moved or unmounted folder) is appended to ``unreadable`` (when given) instead of being
+    passed over in silence: what is stored below it is not known to be gone. A dangling link
+    with an HTML or text suffix is a file that is gone: it is listed, and loading it fails
+    with :data:`GONE`.
+
+    A folder or file reached a second time through a link is walked or listed once: a link
+    to a folder above it (a loop) or two links to one folder or file (or two hard links)
+    would otherwise ingest the same text under several names, or never end. Each one passed
+    over is appended to ``repeated`` (when given) as ``(path, the path already walked)``.
+    Which of two names is kept follows the walk's sorted order; only what one walk finds is
+    compared, so a file given by name and also found in a folder is loaded under both.
 
     Raises:
         ValueError: A source is empty (often an unset shell variable): loading it would
@@ -107,7 +126,7 @@ def expand(specs: Iterable[str], unreadable: list[str] | None = None) -> list[st
         if is_url(spec):
             out.append(urlsplit(spec)._replace(fragment="").geturl())
         elif _is_dir(spec):
-            out.extend(_walk(spec, unreadable))
+            out.extend(_walk(spec, unreadable, repeated))
         else:
             out.append(spec)
     return list(dict.fromkeys(out))
@@ -120,21 +139,79 @@ def _is_dir(spec: str) -> bool:
         return False
 
 
-def _walk(directory: str, unreadable: list[str] | None) -> list[str]:
+def _walk(
+    directory: str,
+    unreadable: list[str] | None,
+    repeated: list[tuple[str, str]] | None,
+) -> list[str]:
+    """The files below ``directory``, each real folder and file once (see :func:`expand`)."""
     suffixes = HTML_SUFFIXES | TEXT_SUFFIXES
-
-    def failed(error: OSError) -> None:
-        if unreadable is not None:
-            unreadable.append(str(error.filename or directory))
-
+    walked: dict[tuple[int, int], str] = {}  # (st_dev, st_ino) -> the path it was found by
     found: list[str] = []
-    for folder, folders, files in os.walk(directory, onerror=failed, followlinks=True):
-        folders.sort()
-        for name in sorted(files):
-            path = os.path.join(folder, name)
-            if Path(name).suffix.lower() in suffixes:
-                found.append(path)
+
+    def cannot_list(path: str) -> None:
+        if unreadable is not None:
+            unreadable.append(path)
+
+    def seen_before(path: str, status: os.stat_result) -> bool:
+        key = (status.st_dev, status.st_ino)
+        if key in walked:
+            if repeated is not None:
+                repeated.append((path, walked[key]))
+            return True
+        walked[key] = path
+        return False
+
+    def visit(folder: str, status: os.stat_result) -> None:
+        if seen_before(folder, status):
+            return
+        try:
+            with os.scandir(folder) as listing:
+                entries = sorted(listing, key=lambda entry: entry.name)
+        except OSError:
+            cannot_list(folder)
+            return
+        for entry in entries:
+            try:
+                status = entry.stat()  # follows links
+            except OSError:
+                if Path(entry.name).suffix.lower() in suffixes:
+                    found.append(entry.path)  # a file that is gone, or a loop: load_file says
+                else:
+                    cannot_list(entry.path)  # a link to a folder that is gone, perhaps
+                continue
+            if stat.S_ISDIR(status.st_mode):
+                visit(entry.path, status)
+            elif Path(entry.name).suffix.lower() in suffixes and (
+                not stat.S_ISREG(status.st_mode) or not seen_before(entry.path, status)
+            ):
+                found.append(entry.path)
+
+    try:
+        top = os.stat(directory)
+    except OSError:
+        cannot_list(directory)
+        return []
+    visit(directory, top)
     return sorted(found)
+
+
+def printable(name: str) -> str:
+    r"""Return ``name`` made safe to print on one line.
+
+    Bytes that are not UTF-8 (kept by the file system's decoding as lone surrogates) and
+    control characters are shown escaped, ``caf\xe9.txt``; everything else as it is.
+    """
+    out = []
+    for char in name:
+        code = ord(char)
+        if 0xDC80 <= code <= 0xDCFF:  # an undecodable byte, as os.fsdecode keeps it
+            out.append(f"\\x{code - 0xDC00:02x}")
+        elif 0xD800 <= code <= 0xDFFF or code < 0x20 or code == 0x7F:
+            out.append(char.encode("unicode_escape").decode("ascii"))
+        else:
+            out.append(char)
+    return "".join(out)
 
 
 def load_sources(specs: Sequence[str], options: LoadOptions) -> Iterator[Loaded]:
@@ -169,9 +246,15 @@ def _guarded(name: str, load: Any, *args: Any) -> Loaded:
 
 
 def load_file(path: Path, options: LoadOptions | None = None) -> Loaded:
-    """Load a local HTML or text file (regular files only, UTF-8, at most ``max_bytes``)."""
+    """Load a local HTML or text file (regular files only, at most ``max_bytes``).
+
+    Text in another encoding than UTF-8 is decoded (see :func:`decode_text`) and the
+    encoding recorded in the metadata as ``encoding``; binary content is refused.
+    """
     options = options or LoadOptions()
     name = str(path)
+    if not _utf8_name(name):
+        return Loaded(name, error=NAME_NOT_UTF8)
     try:
         status = path.stat()
     except OSError as error:
@@ -188,12 +271,17 @@ def load_file(path: Path, options: LoadOptions | None = None) -> Loaded:
     if status.st_size > options.max_bytes:
         return Loaded(name, error=_too_large(options.max_bytes))
     try:
-        raw = path.read_bytes().decode("utf-8")
-    except UnicodeDecodeError:
-        return Loaded(name, error="not UTF-8 text")
+        data = path.read_bytes()
     except OSError as error:
         return Loaded(name, error=f"cannot read: {error.strerror or error}")
+    html_file = path.suffix.lower() in HTML_SUFFIXES
+    decoded = decode_text(data, declared=_declared_charset(data) if html_file else None)
+    if decoded is None:
+        return Loaded(name, error=BINARY)
+    raw, encoding = decoded
     metadata: dict[str, Any] = {"source": os.path.abspath(path)}  # as found, links not followed
+    if encoding != "utf-8":
+        metadata["encoding"] = encoding
     if path.suffix.lower() in HTML_SUFFIXES:
         title = _page_title(raw)
         if title:
@@ -206,6 +294,115 @@ def load_file(path: Path, options: LoadOptions | None = None) -> Loaded:
     return _finish(name, text, metadata, options)
 
 
+def _utf8_name(name: str) -> bool:
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+_BOMS = (
+    (codecs.BOM_UTF32_LE, "utf-32"),
+    (codecs.BOM_UTF32_BE, "utf-32"),
+    (codecs.BOM_UTF8, "utf-8-sig"),
+    (codecs.BOM_UTF16_LE, "utf-16"),
+    (codecs.BOM_UTF16_BE, "utf-16"),
+)
+_FALLBACK = "cp1252"
+_WESTERN = frozenset({"cp1252", "latin_1", "iso8859_15"})
+# The encodings files are still written in; the DOS and Mac code pages a short text also
+# decodes in (cp852 for curly quotes, say) are not guessed.
+_SINGLE_BYTE = frozenset(
+    {f"cp{page}" for page in range(1250, 1259)} | {"koi8_r", "koi8_u", "latin_1", "tis_620"}
+)
+_MULTIBYTE = frozenset(
+    {"cp932", "shift_jis", "euc_jp", "iso2022_jp", "gb2312", "gbk", "gb18030", "big5"}
+    | {"big5hkscs", "cp949", "euc_kr", "cp950"}
+)
+_COHERENT = 0.1  # charset-normalizer recognises a language in the text (0 to 1)
+_NOISY = 0.1  # and finds few odd characters in it (0 to 1)
+
+
+def decode_text(data: bytes, *, declared: str | None = None) -> tuple[str, str] | None:
+    """Decode a file's bytes; return ``(text, encoding)``, or ``None`` for binary content.
+
+    In this order: a byte order mark (UTF-8, UTF-16, UTF-32) decides; then a NUL byte means
+    binary; then the ``declared`` charset (an HTML file's ``<meta charset>``) if the bytes
+    decode with it; then UTF-8; then ``charset-normalizer``'s best guess, taken only when it
+    recognises a language in the result (coherence) and finds little noise (chaos), since on a
+    few bytes it guesses absurdly (``café`` in Latin-1 comes back as UTF-16); then Windows-1252,
+    the usual encoding of Western text that is not UTF-8, and Latin-1, which decodes any
+    bytes. Text full of control characters is refused later, as binary, whatever decoded it.
+    """
+    for bom, encoding in _BOMS:
+        if data.startswith(bom):
+            try:
+                return data.decode(encoding), encoding.removesuffix("-sig")
+            except UnicodeDecodeError:
+                return None
+    if b"\x00" in data:
+        return None
+    for encoding in filter(None, (declared, "utf-8")):
+        try:
+            return data.decode(encoding), encoding
+        except (UnicodeDecodeError, LookupError):
+            pass
+    for encoding in filter(None, (_guess_encoding(data), _FALLBACK)):
+        try:
+            return data.decode(encoding), encoding
+        except (UnicodeDecodeError, LookupError):
+            pass
+    return data.decode("latin-1"), "latin-1"
+
+
+def _guess_encoding(data: bytes) -> str | None:
+    """``charset-normalizer``'s guess, if it is sure enough; Windows-1252 on a tie with it."""
+    from charset_normalizer import from_bytes
+
+    sample = data[:65536]
+    # Text in a CJK encoding is mostly bytes above 127; Western text mostly ASCII, and a few
+    # accented letters side by side decode as Big5 or GBK too ("Idée" as "Id嶪").
+    cjk = len(sample.translate(None, bytes(range(128)))) >= 0.3 * len(sample)
+    matches = [match for match in from_bytes(sample) if _trusted(match, cjk=cjk)]
+    if not matches:
+        return None
+    best = matches[0]
+    for match in matches:  # Western code pages often tie: prefer the common one
+        if (
+            match.encoding in _WESTERN
+            and match.chaos <= best.chaos
+            and match.coherence >= best.coherence - 0.05
+        ):
+            return _FALLBACK
+    return str(best.encoding)
+
+
+def _trusted(match: Any, *, cjk: bool) -> bool:
+    """Whether a guess is worth taking.
+
+    It must find little noise, and be either a strict multibyte decode of mostly non-ASCII
+    bytes (itself good evidence) or a single-byte code page in which a language shows.
+    """
+    if match.chaos > _NOISY:
+        return False
+    if match.encoding in _MULTIBYTE:
+        return cjk
+    western = match.encoding in _SINGLE_BYTE or match.encoding.startswith("iso8859_")
+    return bool(western and match.coherence >= _COHERENT)
+
+
+def _declared_charset(data: bytes) -> str | None:
+    found = _META_CHARSET.search(data[:4096])
+    if not found:
+        return None
+    name = found.group(1).decode("ascii", "replace")
+    try:
+        return codecs.lookup(name).name
+    except LookupError:
+        return None
+
+
 def clean_text(text: str) -> str:
     """Collapse the blank runs and trailing spaces that HTML leaves in extracted text."""
     lines = [line.rstrip() for line in text.removeprefix("\ufeff").splitlines()]
@@ -215,7 +412,7 @@ def clean_text(text: str) -> str:
 def _finish(name: str, text: str, metadata: dict[str, Any], options: LoadOptions) -> Loaded:
     text = clean_text(text)
     if len(_CONTROL.findall(text[:100_000])) > max(8, len(text[:100_000]) // 200):
-        return Loaded(name, error="binary content, not text")
+        return Loaded(name, error=BINARY)
     if not text:
         where = (
             f" in the elements of class {' '.join(options.selectors)}" if options.selectors else ""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from langchain_core.documents import BaseDocumentTransformer, Document
 from langchain_text_splitters import RecursiveCharacterTextSplitter, TextSplitter
@@ -162,22 +162,122 @@ class WindowSplitter(BaseDocumentTransformer):
         return chunks
 
 
-def _start_indexes(text: str, pieces: Sequence[str], overlap: int) -> list[int]:
-    """Locate each piece in ``text``, searching forward from where the previous one ended.
+class _Placement(NamedTuple):
+    """One way of placing the pieces so far: its cost and where the last one went."""
 
-    The same rule as LangChain's ``add_start_index``: the next piece cannot start before the
-    previous piece's end less the splitter's overlap. A piece that cannot be found verbatim
-    (a splitter that rewrites text) gets ``-1``, and the retriever joins it to its neighbours
+    cost: int
+    start: int  # where this piece starts, -1 if it is not in the text verbatim
+    low: int  # the start of the last piece placed: no later piece starts before it
+    end: int  # the end of the last piece placed
+    covered: int  # the end of the text covered so far
+    parent: _Placement | None
+
+
+# A piece normally starts within this many characters (after blanks) of the text covered so
+# far: the splitter drops at most a separator between two pieces.
+_SLACK = 32
+# The most placements kept per piece: only repetitive text has more than one or two.
+_PLACEMENTS = 8
+# The costs, in thousandths of a character: text left uncovered (blanks cost almost nothing,
+# splitters drop them), and a piece that is not in the text verbatim.
+_SKIPPED, _BLANK, _MISSING = 1000, 1, 1000
+
+
+def _start_indexes(text: str, pieces: Sequence[str], overlap: int) -> list[int]:
+    """Locate each piece in ``text``: where the splitter cut it, not merely where it appears.
+
+    A short piece that repeats (``"end"`` twice) appears inside the previous piece and again
+    after it; taking the first place found after the previous piece's start, as LangChain's
+    ``add_start_index`` does, can put it inside the previous piece and leave the text it
+    really came from uncovered, so a window built on those offsets drops that text. Pieces
+    are cut in order, and together they cover the text except for what the splitter drops
+    between them (blanks, a separator); so every piece starts at or after the previous one,
+    and no earlier than the previous piece's end less ``overlap``, and the placement chosen
+    is the one that leaves the least text uncovered (blanks counting for almost nothing).
+    It is found by a search over the few places each piece may start (a Viterbi pass, with
+    back pointers); ties go to the later place. A piece that is not in the text verbatim (a
+    splitter that rewrites text) gets ``-1``, and the retriever joins it to its neighbours
     without trimming overlap.
+
+    Splitters do emit the same region twice (a split larger than the chunk, then the chunk
+    that starts with it): two equal starts are allowed.
     """
-    starts = []
-    cursor = 0
-    for piece in pieces:
-        found = text.find(piece, cursor)
-        starts.append(found)
-        if found != -1:
-            cursor = max(found, found + len(piece) - overlap)
-    return starts
+    placements = [_Placement(0, 0, 0, 0, 0, None)]
+    for number, piece in enumerate(pieces):
+        best: dict[tuple[int, int, int], _Placement] = {}
+        for placed in placements:
+            for start in _candidates(text, piece, placed, overlap if number else 0):
+                if start == -1:
+                    cost = placed.cost + _MISSING * max(1, len(piece))
+                    # Rewritten, it most likely stands for the text that follows.
+                    end = min(len(text), _after_blanks(text, placed.covered) + len(piece))
+                    new = _Placement(cost, -1, placed.low, end, max(placed.covered, end), placed)
+                else:
+                    end = start + len(piece)
+                    cost = placed.cost + _uncovered(text, placed.covered, start)
+                    if number and start < placed.end - overlap:  # only when nothing else fits
+                        cost += _SKIPPED * (placed.end - overlap - start)
+                    new = _Placement(cost, start, start, end, max(placed.covered, end), placed)
+                key = (new.start, new.low, new.covered)
+                old = best.get(key)
+                if old is None or (cost, placed.start) < (old.cost, _parent_start(old)):
+                    best[key] = new
+        ranked = sorted(best.values(), key=lambda p: (p.cost, p.low))[:_PLACEMENTS]
+        # A placement far costlier than the best cannot catch up within a piece or two.
+        margin = ranked[0].cost + 2 * _SKIPPED * max(len(piece), _SLACK)
+        placements = [p for p in ranked if p.cost <= margin]
+    final = min(placements, key=lambda p: (p.cost + _uncovered(text, p.covered, len(text)), p.low))
+    starts: list[int] = []
+    node: _Placement | None = final
+    while node is not None and node.parent is not None:
+        starts.append(node.start)
+        node = node.parent
+    return starts[::-1]
+
+
+def _candidates(text: str, piece: str, placed: _Placement, overlap: int) -> list[int]:
+    """Where ``piece`` may start after ``placed``: near the covered text, else farther on."""
+    earliest = max(placed.low, placed.end - overlap)
+    latest = _after_blanks(text, placed.covered) + _SLACK
+    found: list[int] = []
+    bound = latest + len(piece)
+    at = text.find(piece, earliest, bound)
+    while at != -1:
+        found.append(at)
+        at = text.find(piece, at + 1, bound)
+    if any(_uncovered(text, placed.covered, start) < _SKIPPED for start in found):
+        return found  # one of them follows on from the text covered so far
+    if found:
+        return [*found, -1]  # or the piece is rewritten, and only looks like text further on
+    # Nothing near: the splitter dropped more than a separator, rewrote the piece, or
+    # overlaps by more characters than ``overlap`` says (a splitter counting tokens).
+    options = [-1]
+    at = text.find(piece, latest + 1)
+    if at != -1:
+        options.append(at)
+    before = text.find(piece, placed.low, earliest + len(piece) - 1)
+    if before != -1:
+        options.append(before)
+    return options
+
+
+def _after_blanks(text: str, at: int) -> int:
+    while at < len(text) and text[at].isspace():
+        at += 1
+    return at
+
+
+def _parent_start(placement: _Placement) -> int:
+    return placement.parent.start if placement.parent is not None else 0
+
+
+def _uncovered(text: str, begin: int, end: int) -> int:
+    """The cost of leaving ``text[begin:end]`` uncovered."""
+    if end <= begin:
+        return 0
+    gap = text[begin:end]
+    printed = len("".join(gap.split()))
+    return printed * _SKIPPED + (len(gap) - printed) * _BLANK
 
 
 def sanitize_metadata(metadata: Mapping[str, Any]) -> dict[str, Any]:

@@ -194,7 +194,7 @@ def test_bad_local_sources_are_reported_and_the_rest_ingested(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     (tmp_path / "paper.pdf").write_bytes(b"%PDF")
-    (tmp_path / "latin1.txt").write_bytes("caf\xe9".encode("latin-1"))
+    (tmp_path / "binary.txt").write_bytes(b"\x00\x01\x02")
     good = _note(tmp_path)
     db = tmp_path / "db"
     status = main(
@@ -203,7 +203,7 @@ def test_bad_local_sources_are_reported_and_the_rest_ingested(
             str(good),
             str(tmp_path / "gone.txt"),
             str(tmp_path / "paper.pdf"),
-            str(tmp_path / "latin1.txt"),
+            str(tmp_path / "binary.txt"),
             "--db",
             str(db),
         ]
@@ -218,7 +218,7 @@ def test_bad_local_sources_are_reported_and_the_rest_ingested(
         )
         for line in out
     )
-    assert f"failed    {tmp_path / 'latin1.txt'}: not UTF-8 text" in out
+    assert f"failed    {tmp_path / 'binary.txt'}: binary content, not text" in out
     assert f"added     {good}: 1 chunk" in out
     assert (
         out[-1]

@@ -12,10 +12,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from langchain_chroma import Chroma
 from langchain_core.documents import Document
-from langchain_text_splitters import CharacterTextSplitter, RecursiveCharacterTextSplitter
+from langchain_text_splitters import (
+    CharacterTextSplitter,
+    RecursiveCharacterTextSplitter,
+    TextSplitter,
+)
 
 import window_retriever
 from window_retriever import ConfigurationError, WindowSplitter, add_chunks
+from window_retriever._splitter import _start_indexes
+from window_retriever._windows import Chunk, chunk_spans, join_texts
 
 TEXT = "\n\n".join(
     f"Paragraph {p}. " + " ".join(f"Sentence {p}.{s} is here." for s in range(6)) for p in range(8)
@@ -222,3 +228,162 @@ def test_public_api_is_explicit_and_sorted() -> None:
     assert public <= set(window_retriever.__all__)
     pyproject = tomllib.loads((Path(__file__).parents[2] / "pyproject.toml").read_text())
     assert window_retriever.__version__ == pyproject["project"]["version"]
+
+
+# ---- start_index: where the splitter cut each piece, for every splitter and text -----------------
+
+_SEPARATOR_CHARACTERS = frozenset(" \n.")
+
+
+def _unique_letters(text: str) -> str:
+    """``text`` with every letter made unique, every separator character kept.
+
+    The splitters below decide only by separators and lengths, so they cut this text exactly
+    where they cut ``text``; and a piece with a letter in it appears once, which gives its
+    true start.
+    """
+    out, letter = [], 0
+    for char in text:
+        if char in _SEPARATOR_CHARACTERS:
+            out.append(char)
+        else:
+            out.append(chr(0x4E00 + letter))
+            letter += 1
+    return "".join(out)
+
+
+def _printed_positions(text: str, starts: list[int], pieces: list[str]) -> set[int]:
+    return {
+        at
+        for start, piece in zip(starts, pieces, strict=True)
+        if start >= 0
+        for at in range(start, start + len(piece))
+        if not text[at].isspace()
+    }
+
+
+@st.composite
+def _splitters(draw: st.DrawFn) -> tuple[TextSplitter, int]:
+    size = draw(st.integers(2, 40))
+    overlap = draw(st.integers(0, size - 1))
+    strip = draw(st.booleans())
+    if draw(st.booleans()):
+        keep = draw(st.sampled_from([True, False, "start", "end"]))
+        splitter: TextSplitter = RecursiveCharacterTextSplitter(
+            chunk_size=size, chunk_overlap=overlap, keep_separator=keep, strip_whitespace=strip
+        )
+    else:
+        splitter = CharacterTextSplitter(
+            separator=draw(st.sampled_from([" ", "\n\n", ".", "\n"])),
+            chunk_size=size,
+            chunk_overlap=overlap,
+            strip_whitespace=strip,
+        )
+    return splitter, overlap
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    words=st.lists(
+        st.sampled_from(["a", "bb", "end", "the", "x", ".", "\n\n", "\n", " "]),
+        min_size=1,
+        max_size=60,
+    ),
+    joiner=st.sampled_from(["", " ", "\n"]),
+    split=_splitters(),
+)
+def test_start_index_is_where_the_splitter_cut_each_piece(
+    words: list[str], joiner: str, split: tuple[TextSplitter, int]
+) -> None:
+    splitter, overlap = split
+    text = joiner.join(words)
+    pieces = splitter.split_text(text)
+    starts = _start_indexes(text, pieces, overlap)
+    found = [start for start in starts if start >= 0]
+    for start, piece in zip(starts, pieces, strict=True):
+        assert start == -1 or text[start : start + len(piece)] == piece
+    assert found == sorted(found)  # in order, never backwards
+    unique = _unique_letters(text)
+    cut = splitter.split_text(unique)
+    assert [len(piece) for piece in cut] == [len(piece) for piece in pieces]
+    truth = [unique.find(piece) for piece in cut]
+    # Where the splitter rewrote a piece (joined two with another separator), how much text
+    # it stood for is lost; and a piece of separators alone has no unique letter to find it by.
+    if -1 not in truth and all(set(piece) - _SEPARATOR_CHARACTERS for piece in cut):
+        # Every character the splitter really put in a chunk is in a chunk where we say it is
+        # (where two placements cover the same text, either is right).
+        assert _printed_positions(text, starts, pieces) >= _printed_positions(text, truth, cut)
+
+
+def test_a_short_repeated_piece_is_not_placed_inside_the_previous_one() -> None:
+    text = "alpha beta gamma delta. end\n\nend"
+    splitter = RecursiveCharacterTextSplitter(chunk_size=24, chunk_overlap=6)
+    assert splitter.split_text(text) == ["alpha beta gamma delta.", "end", "end"]
+    chunks = WindowSplitter(splitter).split_documents(
+        [Document(page_content=text, metadata={"source": "s"})]
+    )
+    assert [chunk.metadata["start_index"] for chunk in chunks] == [0, 24, 29]
+
+
+def test_the_same_region_emitted_twice_keeps_one_start() -> None:
+    """Splitters do emit one region twice; the two pieces then share their start."""
+    text = "a a \n a a a x"
+    splitter = CharacterTextSplitter(separator=" ", chunk_size=3, chunk_overlap=1)
+    pieces = splitter.split_text(text)
+    starts = _start_indexes(text, pieces, 1)
+    for start, piece in zip(starts, pieces, strict=True):
+        assert text[start : start + len(piece)] == piece
+    assert starts == sorted(starts)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    words=st.lists(
+        st.sampled_from(["end", "a", "the", ".", "\n\n", "\n"]), min_size=1, max_size=80
+    ),
+    size=st.integers(3, 40),
+    overlap=st.integers(0, 10),
+)
+def test_a_window_over_every_chunk_gives_back_the_text(
+    words: list[str], size: int, overlap: int
+) -> None:
+    """The window joined from all the chunks of a text is that text, up to the blanks the
+    splitter dropped between chunks (the only thing a RecursiveCharacterTextSplitter drops)."""
+    text = " ".join(words)
+    splitter = RecursiveCharacterTextSplitter(chunk_size=size, chunk_overlap=min(overlap, size - 1))
+    chunks = WindowSplitter(splitter).split_documents(
+        [Document(page_content=text, metadata={"source": "w"})]
+    )
+    if not chunks:
+        return
+    window = [
+        Chunk(
+            id=c.metadata["chunk_id"],
+            text=c.page_content,
+            file_id=c.metadata["file_id"],
+            index=c.metadata["chunk_index"],
+            start=c.metadata["start_index"],
+        )
+        for c in chunks
+    ]
+    joined = join_texts(window)
+    for chunk, (begin, end) in zip(window, chunk_spans(window), strict=True):
+        assert joined[begin:end] == chunk.text
+    start = window[0].start
+    end = max(c.start + len(c.text) for c in window if c.start is not None)
+    assert start is not None
+    assert joined.split() == text[start:end].split()
+    assert text[:start].strip() == "" and text[end:].strip() == ""
+
+
+def test_the_window_keeps_a_repeated_short_chunk() -> None:
+    text = "alpha beta gamma delta. end\n\nend"
+    splitter = RecursiveCharacterTextSplitter(chunk_size=24, chunk_overlap=6)
+    chunks = WindowSplitter(splitter).split_documents(
+        [Document(page_content=text, metadata={"source": "s"})]
+    )
+    window = [
+        Chunk(id=str(i), text=c.page_content, file_id="f", index=i, start=c.metadata["start_index"])
+        for i, c in enumerate(chunks)
+    ]
+    assert join_texts(window) == "alpha beta gamma delta. end\nend"
