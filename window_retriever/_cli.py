@@ -348,7 +348,7 @@ def _ingest(args: argparse.Namespace) -> int:
         origins_of,
         prune_missing,
     )
-    from window_retriever._loaders import EMPTY, GONE, LoadOptions, expand, is_url
+    from window_retriever._loaders import EMPTY, GONE, LoadOptions, expand, is_url, printable
     from window_retriever._splitter import WindowSplitter
 
     metadata = _parse_metadata(args.metadata)
@@ -368,8 +368,9 @@ def _ingest(args: argparse.Namespace) -> int:
         max_bytes=int(args.max_size_mb * 1024 * 1024),
     )
     unreadable: list[str] = []
+    repeated: list[tuple[str, str]] = []
     try:
-        specs = expand(args.sources, unreadable)
+        specs = expand(args.sources, unreadable, repeated)
     except ValueError as error:
         raise CommandError(str(error)) from None
     directories = [spec for spec in args.sources if not is_url(spec) and _is_directory(spec)]
@@ -383,7 +384,14 @@ def _ingest(args: argparse.Namespace) -> int:
     with _opened_for_writing(args) as store, _Progress(len(specs)) as progress:
         for folder in unreadable:
             counts["failed"] += 1
-            progress.line(f"failed    {folder}: cannot list this folder (kept as stored)")
+            progress.line(
+                f"failed    {printable(folder)}: cannot list this folder (kept as stored)"
+            )
+        for again, first in repeated:
+            progress.line(
+                f"skipped   {printable(again)}: already read as {printable(first)} "
+                "(a link loop, or a second link to it)"
+            )
         results = ingest_sources(
             store,
             specs,
@@ -401,10 +409,12 @@ def _ingest(args: argparse.Namespace) -> int:
                     present.add(os.path.abspath(result.name))  # failed now, kept as it was
                 if result.error == EMPTY:  # an empty file; "no text" after --selector fails
                     counts["empty"] += 1
-                    progress.line(f"skipped   {result.name}: empty (no text)")
+                    progress.line(f"skipped   {printable(result.name)}: empty (no text)")
                     continue
                 counts["failed"] += 1
-                progress.line(f"failed    {result.name}: {_cli_words(result.error or '')}")
+                progress.line(
+                    f"failed    {printable(result.name)}: {_cli_words(result.error or '')}"
+                )
                 continue
             present.add(os.path.abspath(result.name))
             counts[outcome.status] += 1
@@ -415,7 +425,7 @@ def _ingest(args: argparse.Namespace) -> int:
                 detail += ", nothing embedded"
             elif outcome.written != outcome.chunks or outcome.removed:
                 detail += f", {outcome.written} written, {outcome.removed} removed"
-            progress.line(f"{outcome.status:<9} {result.name}: {detail}")
+            progress.line(f"{outcome.status:<9} {printable(result.name)}: {detail}")
         if not args.keep_missing:
             owner = {key: metadata[key] for key in owners}
             for directory in directories:

@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 import chromadb
-import pytest
 
 ROOT = Path(__file__).parents[2]
 
@@ -110,10 +109,6 @@ def test_symbolic_link_loops_are_walked_once(tmp_path: Path) -> None:
     assert stored_sources(db) == [str(top / "L2" / "b.txt"), str(top / "a.txt")]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the CLI must print source names through _loaders.printable() (lead's change)",
-)
 def test_a_file_name_that_is_not_utf8_fails_alone_and_named(tmp_path: Path) -> None:
     folder = tmp_path / "notes"
     folder.mkdir()
@@ -155,4 +150,5 @@ def test_text_in_old_encodings_is_read_and_binary_refused(tmp_path: Path) -> Non
     for name, (text, _) in texts.items():
         assert by_source[str(folder / name)]["text"] == text.strip()
     assert by_source[str(folder / "utf16.txt")]["encoding"] == "utf-16"
-    assert by_source[str(folder / "quotes.txt")]["encoding"] == "cp1252"
+    # the detector may name cp1250 or cp1252: both read these bytes as the same text (above)
+    assert by_source[str(folder / "quotes.txt")]["encoding"] in ("cp1250", "cp1252")

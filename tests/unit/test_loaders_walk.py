@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -49,18 +50,25 @@ def test_a_dangling_link_to_a_text_file_is_listed_and_gone(tmp_path: Path) -> No
     assert load_file(tmp_path / "x.txt").error == GONE
 
 
-def test_an_unlistable_folder_is_unreadable(tmp_path: Path) -> None:
-    if os.geteuid() == 0:
-        pytest.skip("root lists every folder")
+def test_an_unlistable_folder_is_unreadable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A folder the walk cannot list (no permission: root lists every folder, so the refusal
+    is made here) is named, and nothing below it is listed."""
     locked = tmp_path / "locked"
     write(locked / "a.txt")
-    locked.chmod(0)
-    try:
-        unreadable: list[str] = []
-        assert expand([str(tmp_path)], unreadable) == []
-        assert unreadable == [str(locked)]
-    finally:
-        locked.chmod(0o755)
+    write(tmp_path / "open.txt")
+    scandir = os.scandir
+
+    def refusing(path: Any) -> Any:
+        if os.fspath(path) == str(locked):
+            raise PermissionError(13, "Permission denied", str(locked))
+        return scandir(path)
+
+    monkeypatch.setattr(os, "scandir", refusing)
+    unreadable: list[str] = []
+    assert expand([str(tmp_path)], unreadable) == [str(tmp_path / "open.txt")]
+    assert unreadable == [str(locked)]
 
 
 def test_loops_are_walked_once_and_named(tmp_path: Path) -> None:
