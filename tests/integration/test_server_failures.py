@@ -259,9 +259,12 @@ def test_the_command_line_names_a_server_that_breaks_off_mid_ingest(
         assert main([*argv, "--collection", unique("dropped")]) == 2
     finally:
         proxy.close()
-    assert capsys.readouterr().err == (
-        f"window-retriever: error: the Chroma server at {proxy.url} broke the connection "
-        "(server disconnected without sending a response); is it running?\n"
+    # how the socket ends (a reset, or closed without a response) depends on timing
+    assert re.fullmatch(
+        rf"window-retriever: error: the Chroma server at {re.escape(proxy.url)} broke the "
+        r"connection \((server disconnected without sending a response|connection reset by "
+        r"peer)\); is it running\?\n",
+        capsys.readouterr().err,
     )
 
 
