@@ -71,6 +71,14 @@ def test_an_unlistable_folder_is_unreadable(
     assert unreadable == [str(locked)]
 
 
+def test_a_link_to_its_own_folder_is_not_walked_again(tmp_path: Path) -> None:
+    write(tmp_path / "a.txt")
+    (tmp_path / "self").symlink_to(".")  # followed until ELOOP, this lists a.txt 41 times
+    repeated: list[tuple[str, str]] = []
+    assert expand([str(tmp_path)], [], repeated) == [str(tmp_path / "a.txt")]
+    assert repeated == [(str(tmp_path / "self"), str(tmp_path))]
+
+
 def test_loops_are_walked_once_and_named(tmp_path: Path) -> None:
     top = tmp_path / "L1"
     write(top / "a.txt")
@@ -169,7 +177,12 @@ def test_a_declared_charset_is_used_for_html() -> None:
 
 @pytest.mark.parametrize(
     "data",
-    [bytes(range(256)) * 4, bytes(range(1, 256)) * 4, b"words\x00" * 50, b"\x89PNG\r\n\x1a\n" * 30],
+    [
+        bytes(range(256)) * 4,
+        bytes(range(1, 256)) * 4,
+        b"Readable words. " * 100 + b"\x00",  # one NUL: not text, though all else is
+        b"\x89PNG\r\n\x1a\n" * 30,
+    ],
 )
 def test_binary_is_refused(tmp_path: Path, data: bytes) -> None:
     (tmp_path / "blob.txt").write_bytes(data)
