@@ -343,7 +343,6 @@ def _window_arguments(
 def _ingest(args: argparse.Namespace) -> int:
     from window_retriever._ingest import (
         OWNER_KEYS,
-        directory_origin,
         ingest_sources,
         origins_of,
         prune_missing,
@@ -433,7 +432,7 @@ def _ingest(args: argparse.Namespace) -> int:
                     store,
                     directory,
                     present,
-                    origin=args.origin or directory_origin(directory),
+                    origin=args.origin,  # None: this machine's copy of the directory
                     owner=owner,
                     skip=unreadable,
                     listed=[spec for spec in specs if not is_url(spec)],

@@ -618,10 +618,10 @@ def prune_missing(
     pruned: chunks whose ``ingest_origin`` is ``origin`` (default: :func:`directory_origin`
     of ``directory``). Chunks written through the API (no origin), from another machine or
     another directory mounted at the same path are never touched. Only the files of
-    ``owner`` are pruned: a
-    stored file whose value of any of ``owner_keys`` differs (a missing key is ``None``) is
-    another owner's and never touched. Nothing below a folder in ``skip`` (one that could
-    not be listed) is pruned. Metadata is read page by page (no embeddings).
+    ``owner`` are pruned: a stored file whose value of any of ``owner_keys`` differs (a
+    missing key is ``None``) is another owner's and never touched. Nothing below a folder in
+    ``skip`` (one that could not be listed) is pruned. Metadata is read page by page (no
+    embeddings).
 
     ``listed`` (the sources this run found in the directory) guards against another writer:
     a stored file this run never listed that exists now was added after the listing, and is
