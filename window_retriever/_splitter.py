@@ -181,6 +181,10 @@ _PLACEMENTS = 8
 # The costs, in thousandths of a character: text left uncovered (blanks cost almost nothing,
 # splitters drop them), and a piece that is not in the text verbatim.
 _SKIPPED, _BLANK, _MISSING = 1000, 1, 1000
+# A piece that adds nothing to the text covered (a repeated word put back inside the piece
+# before) costs a little more than the blank it would otherwise skip: otherwise, counted only
+# at the end, its gap lets such placements crowd out the one that keeps up.
+_LAG = 2
 
 
 def _start_indexes(text: str, pieces: Sequence[str], overlap: int) -> list[int]:
@@ -217,6 +221,8 @@ def _start_indexes(text: str, pieces: Sequence[str], overlap: int) -> list[int]:
                     cost = placed.cost + _uncovered(text, placed.covered, start)
                     if number and start < placed.end - overlap:  # only when nothing else fits
                         cost += _SKIPPED * (placed.end - overlap - start)
+                    if number and end <= placed.covered:  # inside text already covered
+                        cost += _LAG
                     new = _Placement(cost, start, start, end, max(placed.covered, end), placed)
                 key = (new.start, new.low, new.covered)
                 old = best.get(key)

@@ -387,3 +387,22 @@ def test_the_window_keeps_a_repeated_short_chunk() -> None:
         for i, c in enumerate(chunks)
     ]
     assert join_texts(window) == "alpha beta gamma delta. end\nend"
+
+
+@pytest.mark.parametrize(
+    ("words", "size", "overlap", "starts"),
+    [
+        (["end"] * 9, 4, 3, [0, 4, 8, 12, 16, 20, 24, 28, 32]),  # overlap as long as a piece
+        (["the", "end", "\n\n", "the", "end"], 8, 7, [0, 11, 11]),  # a split, then its chunk
+    ],
+)
+def test_a_repeated_piece_is_not_put_back_inside_the_one_before(
+    words: list[str], size: int, overlap: int, starts: list[int]
+) -> None:
+    """Found by the property test above: a placement that lags behind must not win."""
+    text = " ".join(words)
+    splitter = RecursiveCharacterTextSplitter(chunk_size=size, chunk_overlap=overlap)
+    chunks = WindowSplitter(splitter).split_documents(
+        [Document(page_content=text, metadata={"source": "w"})]
+    )
+    assert [c.metadata["start_index"] for c in chunks] == starts
