@@ -1,8 +1,8 @@
 """window_retriever: retrieval that returns whole, readable windows instead of torn chunks.
 
-Open a Chroma store (a directory or a server) with :func:`open_store`, split with
-:class:`WindowSplitter`, store with :func:`add_chunks` (with the offline
-:func:`default_embeddings`), retrieve with
+Open a Chroma store (a directory or a server) with :func:`open_store`; ingest URLs, files and
+directories with :func:`ingest`, or split with :class:`WindowSplitter` and store with
+:func:`add_chunks` (with the offline :func:`default_embeddings`); retrieve with
 :class:`ContextWindowRetriever`, a drop-in LangChain retriever. Cite in a chain with
 :func:`format_with_citations`, :func:`citation_sources` and :func:`answer_with_sources`, and
 draw what was retrieved with :func:`plot_window_map`.
@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from window_retriever._version import __version__
 
 if TYPE_CHECKING:  # what the names are; at run time each is imported on first use
-    from window_retriever import citations, evaluation, plotting
+    from window_retriever import citations, evaluation, ingestion, plotting
     from window_retriever._embeddings import MiniLMEmbeddings, default_embeddings
     from window_retriever._errors import (
         ConfigurationError,
@@ -44,6 +44,7 @@ if TYPE_CHECKING:  # what the names are; at run time each is imported on first u
         format_with_citations,
     )
     from window_retriever.evaluation import evaluate, read_questions
+    from window_retriever.ingestion import ingest
     from window_retriever.plotting import plot_window_map
 
 _WHERE = {
@@ -73,6 +74,8 @@ _WHERE = {
     "evaluate": "window_retriever.evaluation",
     "evaluation": "window_retriever.evaluation",
     "format_with_citations": "window_retriever.citations",
+    "ingest": "window_retriever.ingestion",
+    "ingestion": "window_retriever.ingestion",
     "load_file": "window_retriever._loaders",
     "open_store": "window_retriever._open",
     "plot_window_map": "window_retriever.plotting",
@@ -129,6 +132,8 @@ __all__ = [
     "evaluate",
     "evaluation",
     "format_with_citations",
+    "ingest",
+    "ingestion",
     "load_file",
     "open_store",
     "plot_window_map",

@@ -38,6 +38,8 @@ from window_retriever._windows import DEFAULT_WINDOW_BUDGET
 if TYPE_CHECKING:  # the command starts without LangChain: an early Ctrl-C is handled too
     from langchain_core.documents import Document
 
+    from window_retriever._pipeline import SourceOutcome
+
 PROG = "window-retriever"
 DEMO_QUESTION = (
     "How do I make sure a file is closed after reading it, even if an exception is raised?"
@@ -341,21 +343,12 @@ def _window_arguments(
 
 
 def _ingest(args: argparse.Namespace) -> int:
-    from window_retriever._ingest import (
-        OWNER_KEYS,
-        ingest_sources,
-        origins_of,
-        prune_missing,
-    )
-    from window_retriever._loaders import EMPTY, GONE, LoadOptions, expand, is_url, printable
-    from window_retriever._splitter import WindowSplitter
+    from window_retriever._loaders import LoadOptions, check_sources, printable
+    from window_retriever._pipeline import SourceOutcome
+    from window_retriever.ingestion import Listed, Repeated, Unlistable, ingest
 
     metadata = _parse_metadata(args.metadata)
     splitter = _splitter(args.chunk_size, args.chunk_overlap)
-    # Owner keys (tenant, user, ...) namespace the file: one copy per owner. Any other
-    # metadata (access=secret) is part of the file's version: changing it replaces the chunks.
-    owners = sorted(key for key in metadata if key in OWNER_KEYS)
-    window_splitter = WindowSplitter(splitter, file_id_keys=("source", *owners))
     if not all(math.isfinite(v) and v > 0 for v in (args.timeout, args.rate, args.max_size_mb)):
         raise CommandError("--timeout, --rate and --max-size-mb must be positive numbers")
     if args.origin is not None and not args.origin.strip():
@@ -366,92 +359,68 @@ def _ingest(args: argparse.Namespace) -> int:
         requests_per_second=args.rate,
         max_bytes=int(args.max_size_mb * 1024 * 1024),
     )
-    unreadable: list[str] = []
-    repeated: list[tuple[str, str]] = []
-    try:
-        specs = expand(args.sources, unreadable, repeated)
+    try:  # before the store is opened: a refused command creates nothing
+        check_sources(args.sources)
     except ValueError as error:
         raise CommandError(str(error)) from None
-    directories = [spec for spec in args.sources if not is_url(spec) and _is_directory(spec)]
-    # What a directory run owns: the files it reads below the directory, stamped with this
-    # machine's copy of it; pruning removes only those (never the API's, another machine's).
-    origins = origins_of([spec for spec in specs if not is_url(spec)], directories, args.origin)
-    counts = dict.fromkeys(
-        ("added", "updated", "unchanged", "empty", "failed", "written", "removed", "gone"), 0
-    )
-    present: set[str] = set()
-    with _opened_for_writing(args) as store, _Progress(len(specs)) as progress:
-        for folder in unreadable:
-            counts["failed"] += 1
-            progress.line(
-                f"failed    {printable(folder)}: cannot list this folder (kept as stored)"
-            )
-        for again, first in repeated:
-            progress.line(
-                f"skipped   {printable(again)}: already read as {printable(first)} "
-                "(a link loop, or a second link to it)"
-            )
-        results = ingest_sources(
+    with _opened_for_writing(args) as store, _Progress() as progress:
+
+        def line(event: Any) -> None:
+            if isinstance(event, Listed):
+                progress.start(event.sources)
+                return
+            if isinstance(event, Unlistable):
+                text = (
+                    f"failed    {printable(event.folder)}: cannot list this folder (kept as stored)"
+                )
+            elif isinstance(event, Repeated):
+                text = (
+                    f"skipped   {printable(event.path)}: already read as "
+                    f"{printable(event.first)} (a link loop, or a second link to it)"
+                )
+            elif isinstance(event, SourceOutcome):
+                progress.source_done()
+                text = _source_line(event)
+            else:  # a pruned file
+                text = f"removed   {event.source}: gone ({_count(event.chunks, 'chunk')})"
+            progress.line(text)
+
+        summary = ingest(
             store,
-            specs,
-            splitter=window_splitter,
-            options=options,
+            args.sources,
+            splitter=splitter,
             metadata=metadata,
-            origins=origins,
+            options=options,
+            keep_missing=args.keep_missing,
+            origin=args.origin,
             progress=progress,
+            on_event=line,
         )
-        for result in results:
-            progress.source_done()
-            outcome = result.outcome
-            if outcome is None:
-                if result.error not in (GONE, EMPTY):
-                    present.add(os.path.abspath(result.name))  # failed now, kept as it was
-                if result.error == EMPTY:  # an empty file; "no text" after --selector fails
-                    counts["empty"] += 1
-                    progress.line(f"skipped   {printable(result.name)}: empty (no text)")
-                    continue
-                counts["failed"] += 1
-                progress.line(
-                    f"failed    {printable(result.name)}: {_cli_words(result.error or '')}"
-                )
-                continue
-            present.add(os.path.abspath(result.name))
-            counts[outcome.status] += 1
-            counts["written"] += outcome.written
-            counts["removed"] += outcome.removed
-            detail = _count(outcome.chunks, "chunk")
-            if outcome.status == "unchanged":
-                detail += ", nothing embedded"
-            elif outcome.written != outcome.chunks or outcome.removed:
-                detail += f", {outcome.written} written, {outcome.removed} removed"
-            progress.line(f"{outcome.status:<9} {printable(result.name)}: {detail}")
-        if not args.keep_missing:
-            owner = {key: metadata[key] for key in owners}
-            for directory in directories:
-                gone = prune_missing(
-                    store,
-                    directory,
-                    present,
-                    origin=args.origin,  # None: this machine's copy of the directory
-                    owner=owner,
-                    skip=unreadable,
-                    listed=[spec for spec in specs if not is_url(spec)],
-                )
-                for pruned in gone:
-                    counts["gone"] += 1
-                    counts["removed"] += pruned.chunks
-                    progress.line(
-                        f"removed   {pruned.source}: gone ({_count(pruned.chunks, 'chunk')})"
-                    )
-    ingested = counts["added"] + counts["updated"]
+    ingested = summary.added + summary.updated
     print(
-        f"{_count(len(specs), 'source')}: {ingested} ingested ({counts['added']} added, "
-        f"{counts['updated']} updated), {counts['unchanged']} skipped (unchanged), "
-        f"{counts['empty']} skipped (empty), {counts['failed']} failed, "
-        f"{counts['gone']} gone (removed); "
-        f"{_count(counts['written'], 'chunk')} written, {counts['removed']} removed"
+        f"{_count(summary.sources, 'source')}: {ingested} ingested ({summary.added} added, "
+        f"{summary.updated} updated), {summary.unchanged} skipped (unchanged), "
+        f"{summary.empty} skipped (empty), {summary.failed} failed, "
+        f"{summary.gone} gone (removed); "
+        f"{_count(summary.written, 'chunk')} written, {summary.removed} removed"
     )
-    return EXIT_SOURCES_FAILED if counts["failed"] else EXIT_OK
+    return EXIT_SOURCES_FAILED if summary.failed else EXIT_OK
+
+
+def _source_line(result: SourceOutcome) -> str:
+    from window_retriever._loaders import EMPTY, printable
+
+    name, outcome = printable(result.name), result.outcome
+    if outcome is None:
+        if result.error == EMPTY:
+            return f"skipped   {name}: empty (no text)"
+        return f"failed    {name}: {_cli_words(result.error or '')}"
+    detail = _count(outcome.chunks, "chunk")
+    if outcome.status == "unchanged":
+        detail += ", nothing embedded"
+    elif outcome.written != outcome.chunks or outcome.removed:
+        detail += f", {outcome.written} written, {outcome.removed} removed"
+    return f"{outcome.status:<9} {name}: {detail}"
 
 
 def _query(args: argparse.Namespace) -> int:
@@ -561,8 +530,8 @@ def _eval(args: argparse.Namespace) -> int:
 
 def _demo(args: argparse.Namespace) -> int:
     _check_window_arguments(args)
-    from window_retriever._ingest import ingest_sources
     from window_retriever._loaders import LoadOptions, expand
+    from window_retriever._pipeline import ingest_sources
     from window_retriever._splitter import WindowSplitter
 
     pages = Path(args.pages) if args.pages else bundled_pages()
@@ -673,13 +642,6 @@ def _cli_words(message: str) -> str:
     return message
 
 
-def _is_directory(spec: str) -> bool:
-    try:
-        return Path(spec).is_dir()
-    except OSError:
-        return False
-
-
 def _check_window_arguments(args: argparse.Namespace) -> None:
     """Refuse window options that cannot work, before any store is opened."""
     if args.budget is not None:
@@ -729,16 +691,9 @@ def _parse_metadata(pairs: Sequence[str]) -> dict[str, str]:
         if not sep or not key.strip():
             raise CommandError(f"--metadata takes KEY=VALUE, got {pair!r}")
         metadata[key.strip()] = value
-    reserved = set(metadata) & {
-        "source",
-        "file_id",
-        "chunk_id",
-        "chunk_index",
-        "start_index",
-        "file_version",
-        "file_chunks",
-        "ingest_origin",
-    }
+    from window_retriever.ingestion import RESERVED_METADATA
+
+    reserved = set(metadata) & RESERVED_METADATA
     if reserved:
         raise CommandError(
             f"--metadata cannot set {', '.join(sorted(reserved))}: the ingester stamps it"
@@ -797,11 +752,15 @@ class _Progress:
     it of chunks.
     """
 
-    def __init__(self, sources: int, stream: TextIO | None = None) -> None:
+    def __init__(self, stream: TextIO | None = None) -> None:
         self.stream = stream or sys.stderr
         self.bar: Any = None
-        self.sources, self.done = sources, 0
+        self.sources = self.done = 0
         self._lock = threading.Lock()
+
+    def start(self, sources: int) -> None:
+        """The sources are listed: show the bar (on a terminal)."""
+        self.sources = sources
         if self.stream.isatty():
             from tqdm import tqdm
 

@@ -116,13 +116,9 @@ def expand(
             mean the current directory.
     """
     out: list[str] = []
+    specs = list(specs)
+    check_sources(specs)
     for spec in specs:
-        if not spec.strip():
-            msg = (
-                "a source is an empty string (an unset shell variable?); name a URL, a file "
-                "or a directory, e.g. '.' for the current directory"
-            )
-            raise ValueError(msg)
         if is_url(spec):
             out.append(urlsplit(spec)._replace(fragment="").geturl())
         elif _is_dir(spec):
@@ -130,6 +126,20 @@ def expand(
         else:
             out.append(spec)
     return list(dict.fromkeys(out))
+
+
+def check_sources(specs: Iterable[str]) -> None:
+    """Refuse an empty source (an unset shell variable?): it would mean the current directory.
+
+    Raises:
+        ValueError: A source is empty or blank.
+    """
+    if any(not spec.strip() for spec in specs):
+        msg = (
+            "a source is an empty string (an unset shell variable?); name a URL, a file "
+            "or a directory, e.g. '.' for the current directory"
+        )
+        raise ValueError(msg)
 
 
 def _is_dir(spec: str) -> bool:

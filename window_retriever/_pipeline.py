@@ -26,16 +26,17 @@ from window_retriever._ingest import (
     OWNER_KEYS,
     FileOutcome,
     Plan,
-    SourceOutcome,
     apply_plan,
     batch_size_for,
     outcome_of,
     plan_file,
     store_chunks,
+    sync_file,
     write_plan,
 )
 from window_retriever._loaders import LoadOptions, load_sources
 from window_retriever._splitter import WindowSplitter
+from window_retriever._stores import store_errors
 
 _T = TypeVar("_T")
 
@@ -51,6 +52,75 @@ WRITES_AHEAD = 64
 """Sources embedded and waiting for the writer (it writes faster than the model embeds)."""
 
 Split = tuple[str, list[Document] | None, str | None]
+
+
+@dataclass(frozen=True, slots=True)
+class SourceOutcome:
+    """One source of :func:`ingest_sources`: what syncing it did, or why it failed to load."""
+
+    name: str
+    outcome: FileOutcome | None = None
+    error: str | None = None
+
+
+def ingest_sources(
+    vectorstore: Any,
+    sources: Sequence[str],
+    *,
+    splitter: WindowSplitter,
+    options: LoadOptions,
+    metadata: Mapping[str, Any] | None = None,
+    origins: Mapping[str, str] | None = None,
+    progress: IngestProgress | None = None,
+) -> Iterator[SourceOutcome]:
+    """Load, split and :func:`sync_file` each source (URL or file); outcomes in source order.
+
+    The stages overlap. A loader thread fetches, parses and splits sources, one at a time (so
+    ``requests_per_second`` holds), up to a few ahead. This thread reads the store for each
+    source (what to write, as :func:`sync_file` decides it). An embedding thread embeds what
+    changed, the chunks of all the sources that are ready in one call (full batches across
+    small pages). A writer thread writes each source whole, in order, while the next ones
+    embed (the sources waiting for it together, in one upsert). Two sources of the same file
+    or ``source`` are never in flight together. A store other than LangChain's Chroma is
+    synced source by source with :func:`sync_file` (loading still runs ahead).
+
+    A source that cannot be loaded, or whose chunks may not be written (another owner's
+    file), is yielded with its error and the others go on; any other error is raised in its
+    place, after the sources before it. When the caller stops or is interrupted, the part
+    being written is finished and nothing else starts; what was written stays (a long file
+    is written in parts of a few hundred chunks, and the next run embeds only the rest).
+
+    ``metadata`` is stamped on every chunk; the ``ingest_origin`` of ``origins`` (see
+    :func:`origins_of`) on the chunks of those sources, which :func:`prune_missing` may
+    later remove. ``progress`` is told of the chunks planned and written, as they are.
+    """
+    ahead = Ahead(split_sources(sources, splitter, options, metadata, origins), AHEAD)
+    try:
+        with store_errors(vectorstore):
+            embeddings = writes_vectors(vectorstore)
+            if embeddings is None:
+                for name, chunks, error in ahead:
+                    outcome = _sync_source(vectorstore, name, chunks, error)
+                    if progress is not None and outcome.outcome is not None:
+                        progress.planned(outcome.outcome.written)
+                        progress.written(outcome.outcome.written)
+                    yield outcome
+            else:
+                yield from pipelined(vectorstore, embeddings, ahead, progress)
+    finally:
+        ahead.close()
+
+
+def _sync_source(
+    vectorstore: Any, name: str, chunks: list[Document] | None, error: str | None
+) -> SourceOutcome:
+    if chunks is None:
+        return SourceOutcome(name, error=error)
+    try:
+        outcome = sync_file(vectorstore, chunks, replace_source_copies=True)
+    except OwnershipError as failure:
+        return SourceOutcome(name, error=str(failure))
+    return SourceOutcome(name, outcome=outcome)
 
 
 def split_sources(

@@ -508,8 +508,9 @@ def test_a_file_added_after_the_listing_is_not_pruned_by_an_older_run(
     """Two ingests of one folder: A lists it, then b.txt appears and B ingests it, then A
     prunes. b.txt is there: it must stay (it is B's, not gone)."""
     from window_retriever import LoadOptions, WindowSplitter
-    from window_retriever._ingest import ingest_sources, origins_of, prune_missing
+    from window_retriever._ingest import origins_of, prune_missing
     from window_retriever._loaders import expand
+    from window_retriever._pipeline import ingest_sources
 
     folder = tmp_path / "pages"
     folder.mkdir()

@@ -20,7 +20,8 @@ from pydantic import Field
 
 from window_retriever import LoadOptions, WindowSplitter
 from window_retriever import _pipeline as pipeline
-from window_retriever._ingest import FILE_CHUNKS, ingest_sources
+from window_retriever._ingest import FILE_CHUNKS
+from window_retriever._pipeline import ingest_sources
 
 SPLITTER = WindowSplitter(RecursiveCharacterTextSplitter(chunk_size=60, chunk_overlap=0))
 

@@ -1,0 +1,78 @@
+"""`ingest()`: what the ingest command does, as a library call that reports events."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from langchain_chroma import Chroma
+from langchain_core.documents import Document
+
+from window_retriever import ConfigurationError, WindowSplitter, add_chunks, ingest
+from window_retriever.ingestion import IngestEvent, Listed, Pruned, Repeated, SourceOutcome
+
+
+def folder_with(tmp_path: Path, **files: str) -> Path:
+    folder = tmp_path / "docs"
+    folder.mkdir(exist_ok=True)
+    for name, text in files.items():
+        (folder / f"{name}.txt").write_text(text, encoding="utf-8")
+    return folder
+
+
+def test_ingest_reports_each_event_in_order_and_counts_them(
+    make_store: Callable[..., Chroma], tmp_path: Path
+) -> None:
+    folder = folder_with(
+        tmp_path, bees="Bees make honey. " * 40, empty="", snails="Snails are slow. " * 40
+    )
+    (folder / "loop").symlink_to(".")
+    store = make_store()
+    events: list[IngestEvent] = []
+    summary = ingest(store, [str(folder)], on_event=events.append)
+    assert events == summary.events
+    assert events[0] == Listed(3)
+    assert events[1] == Repeated(str(folder / "loop"), str(folder))
+    outcomes = [e for e in events if isinstance(e, SourceOutcome)]
+    assert [Path(o.name).name for o in outcomes] == ["bees.txt", "empty.txt", "snails.txt"]
+    assert (summary.sources, summary.added, summary.empty, summary.failed) == (3, 2, 1, 0)
+    assert summary.written == len(store.get()["ids"]) > 0
+
+    again = ingest(store, [str(folder)])
+    assert (again.unchanged, again.written, again.gone) == (2, 0, 0)
+
+
+def test_ingest_prunes_its_own_files_and_never_the_apis(
+    make_store: Callable[..., Chroma], tmp_path: Path
+) -> None:
+    folder = folder_with(tmp_path, bees="Bees make honey. " * 40, snails="Snails are slow. " * 40)
+    store = make_store()
+    ingest(store, [str(folder)])
+    api = Document(page_content="Minutes of a meeting.", metadata={"source": str(folder / "m")})
+    add_chunks(store, WindowSplitter().split_documents([api]))
+    (folder / "bees.txt").unlink()
+    summary = ingest(store, [str(folder)])
+    assert [e.source for e in summary.events if isinstance(e, Pruned)] == [str(folder / "bees.txt")]
+    assert summary.gone == 1
+    sources = {m["source"] for m in store.get(include=["metadatas"])["metadatas"]}
+    assert sources == {str(folder / "snails.txt"), str(folder / "m")}
+    kept = ingest(store, [str(folder)], keep_missing=True)
+    assert kept.gone == 0
+
+
+def test_ingest_namespaces_owners_and_refuses_what_it_stamps_itself(
+    make_store: Callable[..., Chroma], tmp_path: Path
+) -> None:
+    folder = folder_with(tmp_path, bees="Bees make honey. " * 40)
+    store = make_store()
+    ingest(store, [str(folder)], metadata={"tenant": "a"})
+    ingest(store, [str(folder)], metadata={"tenant": "b"})
+    tenants = {m["tenant"] for m in store.get(include=["metadatas"])["metadatas"]}
+    assert tenants == {"a", "b"}  # one file per owner, neither replaced
+    with pytest.raises(ConfigurationError, match="metadata cannot set ingest_origin"):
+        ingest(store, [str(folder)], metadata={"ingest_origin": "x"})
+    with pytest.raises(ConfigurationError, match="origin must be a name"):
+        ingest(store, [str(folder)], origin=" ")
+    with pytest.raises(ConfigurationError, match="a source is an empty string"):
+        ingest(store, [""])
