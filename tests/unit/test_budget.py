@@ -205,6 +205,43 @@ def test_token_budgets_hold_with_any_length_function(
             assert sum(words(d.page_content) for d in docs) <= 120
 
 
+def rare_word_tokens(text: str) -> int:
+    """A token-like count that is not additive over joins: a word of more than 8 letters is
+    rare and costs 10 tokens, so a word cut at a seam costs less in two pieces than whole."""
+    return sum(10 if len(word) > 8 else 1 for word in text.split())
+
+
+def test_the_total_holds_when_windows_cost_more_whole_than_in_pieces(
+    make_store: Callable[..., Chroma],
+) -> None:
+    store = make_store(KeywordEmbeddings())
+    documents = [
+        Document(
+            page_content=turns(80, seed).replace("about", "aboutwardly"),
+            metadata={"source": f"conv-{seed}"},
+        )
+        for seed in range(3)
+    ]
+    # cut every 40 characters, inside words: "Caro" + "line:" is 2 tokens, "Caroline:" 10
+    splitter = RecursiveCharacterTextSplitter(
+        chunk_size=40, chunk_overlap=0, separators=[""], add_start_index=True
+    )
+    add_chunks(store, WindowSplitter(splitter).split_documents(documents))
+    for expansion in ("static", "adaptive"):
+        for total in (90, 150):
+            retriever = ContextWindowRetriever(
+                vectorstore=store,
+                k=8,
+                total_budget=total,
+                window_budget=total // 2,
+                expansion=expansion,
+                length_function=rare_word_tokens,
+            )
+            for topic in TOPICS:
+                docs = retriever.invoke(topic)
+                assert sum(rare_word_tokens(d.page_content) for d in docs) <= total, topic
+
+
 def test_total_budget_per_call_and_without_it_nothing_changes(
     conversations: tuple[Chroma, list[Document]],
 ) -> None:

@@ -77,6 +77,23 @@ def test_context_is_cut_at_the_budget_with_separators_counted() -> None:
     assert context.characters == 8
 
 
+def test_a_piece_cut_at_the_budget_counts_only_what_is_inside() -> None:
+    # windows whose texts stand for collapsed whitespace: each ends past start + len(text)
+    pieces = [
+        Piece("a" * 6, "doc", None, 0, 9),
+        Piece("b" * 6, "doc", None, 100, 109),
+        Piece("c" * 6, "doc", None, 200, 209),
+    ]
+    context = build_context(pieces, 12)
+    assert context.text == "aaaaaa\n\nbbbb"
+    # the whole first window counts to its end; the cut one only to start + 4 taken
+    assert context.spans == (("doc", None, 0, 9), ("doc", None, 100, 104))
+    assert context.characters == 10
+    result = score(q([(100, 109)]), context)
+    assert result.coverage == pytest.approx(4 / 9)
+    assert result.full is False
+
+
 def test_empty_context() -> None:
     context = build_context([], 1000)
     assert context.text == "" and context.spans == ()
@@ -125,6 +142,44 @@ def test_bootstrap_and_percentile() -> None:
     mean, low, high = paired_bootstrap([1.0, -1.0] * 50)
     assert low < mean < high and mean == pytest.approx(0.0)
     assert percentile([1, 2, 3, 4], 0.5) == 2.5 and percentile([5], 0.95) == 5
+
+
+def test_the_paired_interval_pairs_each_question_with_itself() -> None:
+    from langchain_core.embeddings import DeterministicFakeEmbedding
+    from langchain_core.vectorstores import InMemoryVectorStore
+
+    # question i: gold is 100 characters after a 6-letter word; plain covers 10*c of them
+    # (c = 3*i mod 8, shuffled) and finds the answer when i is even; "better" covers 20 more
+    # and finds the same answers
+    questions = [
+        Question(line=i, question=str(i), source=f"s{i}", answer="zebra", gold_spans=((6, 106),))
+        for i in range(8)
+    ]
+
+    def covering(extra: int) -> Callable[[Question, int], list[Piece]]:
+        def retrieve(question: Question, budget: int) -> list[Piece]:
+            i = int(question.question)
+            text = ("zebra " if i % 2 == 0 else "horse ") + "x" * (10 * (3 * i % 8) + extra)
+            return [Piece(text, question.source, None, 0)]
+
+        return retrieve
+
+    store = InMemoryVectorStore(DeterministicFakeEmbedding(size=8))
+    report = evaluate(
+        store,
+        questions,
+        configs="plain",
+        budgets=[1000],
+        retrievers={"plain": covering(0), "better": covering(20)},
+    )
+    plain, better = report.rows
+    assert [s.coverage for s in report.per_question["plain@1000"]] == pytest.approx(
+        [(3 * i % 8) / 10 for i in range(8)]
+    )
+    # every paired difference is the same, so the interval has no width
+    assert better.coverage_vs_plain == pytest.approx((0.2, 0.2, 0.2))
+    assert better.answer_hit_vs_plain == pytest.approx((0.0, 0.0, 0.0))
+    assert plain.coverage_vs_plain is None
 
 
 # ---- questions file and configurations --------------------------------------------------------

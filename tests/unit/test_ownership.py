@@ -96,6 +96,32 @@ def test_pruning_leaves_another_origins_copy_of_the_same_path(
     ]
 
 
+def test_pruning_removes_only_the_runs_owners_files(make_store: Callable[..., Chroma]) -> None:
+    store = make_store()
+    owners = {
+        "/docs/acme.txt": {"tenant": "acme"},
+        "/docs/acme-bob.txt": {"tenant": "acme", "user": "bob"},  # a second key differs
+        "/docs/globex.txt": {"tenant": "globex"},
+        "/docs/nobody.txt": {},  # no owner key: the owner None
+    }
+    for source, owner in owners.items():
+        document = Document(page_content=TEXT, metadata={"source": source, **owner})
+        chunks = SPLITTER.split_documents([document])
+        for chunk in chunks:
+            chunk.metadata[INGEST_ORIGIN] = "here"
+        sync_file(store, chunks)
+    per_file = len(chunks_of())
+
+    gone = prune_missing(store, "/docs", keep=[], origin="here", owner={"tenant": "acme"})
+    assert [(p.source, p.chunks) for p in gone] == [("/docs/acme.txt", per_file)]
+    left = {m["source"] for m in metadatas(store)}
+    assert left == {"/docs/acme-bob.txt", "/docs/globex.txt", "/docs/nobody.txt"}
+
+    gone = prune_missing(store, "/docs", keep=[], origin="here")  # a run with no owner
+    assert [p.source for p in gone] == ["/docs/nobody.txt"]
+    assert {m["source"] for m in metadatas(store)} == {"/docs/acme-bob.txt", "/docs/globex.txt"}
+
+
 def test_a_directory_run_replaces_only_its_own_copies_of_a_source(
     make_store: Callable[..., Chroma],
 ) -> None:

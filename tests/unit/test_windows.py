@@ -15,6 +15,7 @@ from window_retriever._windows import (
     Position,
     Window,
     assemble,
+    fit_total,
     join_texts,
     plan_fetch,
     plan_needs,
@@ -202,6 +203,83 @@ def test_chunk_without_window_metadata_is_returned_alone() -> None:
     windows = run([Hit(loose, 0.1), Hit(a[2], 0.2)], by_position(a), budget=30)
     assert windows[0].chunks == (loose,)
     assert windows[0].text == "loose text"
+
+
+# ---- the total budget, measured whole -----------------------------------------------------
+
+
+def window(chunks: Sequence[Chunk], *hit_indexes: int) -> Window:
+    hits = tuple(Hit(chunks[i], 0.1 * (i + 1)) for i in hit_indexes)
+    return Window(chunks=tuple(chunks), hits=hits, text=join_texts(chunks))
+
+
+def windows_for_fit() -> list[Window]:
+    """Three windows of 10, 30 and 10 characters, best first; the middle one's hit is in
+    the middle (its outer chunks hold no hit), the last one is its hit alone."""
+    _, a = make_file("a", [10])
+    _, b = make_file("b", [10] * 3)
+    _, f = make_file("f", [10])
+    return [window(a, 0), window(b, 1), window(f, 0)]
+
+
+@pytest.mark.parametrize(
+    ("total", "expected"),
+    [
+        (50, [["a:0"], ["b:0", "b:1", "b:2"], ["f:0"]]),  # fits: untouched
+        (49, [["a:0"], ["b:0", "b:1", "b:2"]]),  # one over: the last window goes
+        (39, [["a:0"], ["b:1"]]),  # the next one keeps only its hit
+        (19, [["a:0"]]),
+        (5, [["a:0"]]),  # the best window stays even alone over the total
+    ],
+)
+def test_fit_total_drops_and_cuts_the_lowest_ranked_windows_until_the_sum_fits(
+    total: int, expected: list[list[str]]
+) -> None:
+    kept = fit_total(windows_for_fit(), total, len)
+    assert [[c.id for c in w.chunks] for w in kept] == expected
+    for w in kept:
+        assert w.text == join_texts(w.chunks)
+    if len(kept) > 1:
+        assert sum(len(w.text) for w in kept) <= total
+
+
+def rare_word_tokens(text: str) -> int:
+    """A token-like count: a word of more than 8 letters is rare and costs 3 tokens, so two
+    halves of a word cut at a seam cost less apart than joined (not additive over joins)."""
+    return sum(3 if len(word) > 8 else 1 for word in text.split())
+
+
+def test_fit_total_measures_each_window_whole_where_pieces_undercount() -> None:
+    # chunks cut inside words: "...worldw" + "ide..." are 2 tokens apart, 3 joined
+    source = "hello worldwide greetings to everyone here " * 4
+    cuts = list(range(0, len(source), 12))
+    chunks = [
+        Chunk(f"f:{i}", source[s : s + 12], file_id="f", index=i, start=s, version="v1")
+        for i, s in enumerate(cuts)
+    ]
+    other = [
+        Chunk(f"a:{i}", c.text, file_id="a", index=i, start=c.start, version="v1")
+        for i, c in enumerate(chunks)
+    ]
+    hits = [Hit(chunks[4], 0.1), Hit(other[8], 0.2)]
+    fetched = {c.position for c in chunks + other if c.position is not None}
+    total = 30
+    windows = assemble(
+        hits,
+        by_position(chunks, other),
+        fetched,
+        k=2,
+        budget=20,
+        mode="both",
+        length_function=rare_word_tokens,
+        total_budget=total,
+    ).windows
+    # measured in pieces the windows fit; measured whole they do not
+    assert len(windows) == 2
+    assert sum(rare_word_tokens(w.text) for w in windows) > total
+    kept = fit_total(windows, total, rare_word_tokens)
+    assert sum(rare_word_tokens(w.text) for w in kept) <= total
+    assert [w.hits for w in kept] == [w.hits for w in windows]
 
 
 # ---- incomplete fetches -------------------------------------------------------------------
