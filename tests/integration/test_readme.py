@@ -1,11 +1,13 @@
-"""What the README shows works: its Python snippets run, and its questions get their answers.
+"""What the docs show works: their Python snippets run, and their questions get their answers.
 
-The snippets run in order in one namespace, as one script would (the first reads `guide.txt`,
-the later ones continue it; `llm` is a fake chat model, the server address the test server's).
-Every question the README or the demo asks is checked on the bundled pages with the settings
-shown: the sentence that answers it must be in the returned context. Where the retriever's
-selection misses it, the case is an expected failure (strict: it flips when retrieval improves)
-and the README says what the context misses.
+The docs are the README and the pages in docs/. Their snippets run in order in one namespace,
+as one script would: the README's first (the first reads `guide.txt`, the later ones continue
+it), then each page's in the order of `DOCS` (the pages' snippets continue the README's; `llm`
+is a fake chat model, the server address the test server's). Every question any page or the
+demo asks is checked on the bundled pages with the settings shown: the sentence that answers
+it must be in the returned context. Where the retriever's selection misses it, the case is an
+expected failure (strict: it flips when retrieval improves) and the docs say what the context
+misses.
 """
 
 from __future__ import annotations
@@ -25,7 +27,8 @@ from window_retriever import ContextWindowRetriever
 from window_retriever._cli import DEMO_QUESTION, main
 
 ROOT = Path(__file__).parents[2]
-README = (ROOT / "README.md").read_text(encoding="utf-8")
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+TEXTS = {page.relative_to(ROOT).as_posix(): page.read_text(encoding="utf-8") for page in DOCS}
 ELSE = "What does the else clause of a try statement do?"
 ELSE_ANSWER = (
     "It is useful for code that must be executed if the try clause does not raise an exception"
@@ -37,11 +40,18 @@ MISSES_ELSE = pytest.mark.xfail(
 )
 
 
-def python_blocks() -> list[str]:
-    return re.findall(r"^```python\n(.*?)^```$", README, re.MULTILINE | re.DOTALL)
+def python_blocks() -> list[tuple[str, str]]:
+    """Every Python snippet of the docs, in the order they run, with where it stands."""
+    return [
+        (f"{page} python block {number}", block)
+        for page, text in TEXTS.items()
+        for number, block in enumerate(
+            re.findall(r"^```python\n(.*?)^```$", text, re.MULTILINE | re.DOTALL), 1
+        )
+    ]
 
 
-def test_the_readme_snippets_run_in_order(
+def test_the_docs_snippets_run_in_order(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, chroma_server: str
 ) -> None:
     monkeypatch.chdir(tmp_path)
@@ -55,7 +65,7 @@ def test_the_readme_snippets_run_in_order(
     collection = f"readme-{uuid.uuid4().hex[:8]}"
     blocks = python_blocks()
     assert len(blocks) >= 6
-    for number, block in enumerate(blocks, 1):
+    for where, block in blocks:
         code = block.replace("http://127.0.0.1:8000", chroma_server).replace(
             'collection="documents"', f"collection={collection!r}"
         )
@@ -64,7 +74,7 @@ def test_the_readme_snippets_run_in_order(
 
             store = open_store(url=chroma_server, collection=collection, create=True)
             add_chunks(store, namespace["chunks"])
-        exec(compile(code, f"README.md python block {number}", "exec"), namespace)  # noqa: S102
+        exec(compile(code, where, "exec"), namespace)  # noqa: S102
     assert namespace["docs"], "the last snippet found nothing"
     assert namespace["result"]["answer"] == "Call f.close() [S1]."
     assert (tmp_path / "window-map.png").read_bytes().startswith(b"\x89PNG")
@@ -72,7 +82,7 @@ def test_the_readme_snippets_run_in_order(
 
 @lru_cache(maxsize=1)
 def bundled_store() -> Any:
-    """The store of examples/ingest_and_query.py (what examples/chain.py and the README show)."""
+    """The store of examples/ingest_and_query.py (what examples/chain.py and the docs show)."""
     import tempfile
 
     sys.path.insert(0, str(ROOT / "examples"))
@@ -84,10 +94,10 @@ def bundled_store() -> Any:
     return store
 
 
-# (where the README shows it, question, retriever arguments, the sentence that answers it)
+# (where the docs show it, question, retriever arguments, the sentence that answers it)
 CASES = [
     pytest.param(
-        "Use it in a chain; examples/chain.py",
+        "README, Use it in a chain; examples/chain.py",
         ELSE,
         {"k": 8, "total_budget": 2000},
         ELSE_ANSWER,
@@ -95,7 +105,7 @@ CASES = [
         id="chain",
     ),
     pytest.param(
-        "window-retriever query ... -k 2 --window-budget 500",
+        "docs/cli.md, window-retriever query ... -k 2 --window-budget 500",
         ELSE,
         {"k": 2, "window_budget": 500},
         ELSE_ANSWER,
@@ -103,14 +113,14 @@ CASES = [
         id="query-command",
     ),
     pytest.param(
-        "Usage (on guide.txt; checked on the bundled pages)",
+        "README, Usage (on guide.txt; checked on the bundled pages)",
         "How do I close a file?",
         {"k": 8, "total_budget": 2000},
         "you should call f.close() to close the file",
         id="usage",
     ),
     pytest.param(
-        "Scaling out",
+        "docs/scaling.md",
         "How do I read a file?",
         {"total_budget": 2000},
         "To read a file\u2019s contents, call f.read(size)",
@@ -125,7 +135,7 @@ CASES = [
 
 
 @pytest.mark.parametrize(("where", "question", "arguments", "answer"), CASES)
-def test_the_readme_questions_get_their_answers(
+def test_the_docs_questions_get_their_answers(
     where: str, question: str, arguments: dict[str, Any], answer: str
 ) -> None:
     docs = ContextWindowRetriever(vectorstore=bundled_store(), **arguments).invoke(question)
@@ -142,7 +152,9 @@ def test_the_demo_question_gets_its_answer(
     assert "the file f is always closed, even if a problem was encountered" in text.replace("«", "")
 
 
-def test_every_question_the_readme_asks_is_checked() -> None:
-    asked = set(re.findall(r'(?:invoke\(|query )"([^"]+\?)"', README)) | {DEMO_QUESTION}
+def test_every_question_the_docs_ask_is_checked() -> None:
+    asked = {DEMO_QUESTION}
+    for text in TEXTS.values():
+        asked |= set(re.findall(r'(?:invoke\(|query )"([^"]+\?)"', text))
     checked = {case.values[1] for case in CASES} | {DEMO_QUESTION}
     assert asked <= checked, asked - checked
