@@ -195,25 +195,46 @@ def fit_total(
 
     Incremental measures are exact for ``len``; a token counter may count a window a token
     or two longer whole than in pieces. Then chunks that hold no hit are dropped from the
-    far end of the lowest-ranked windows, and windows after that, until the sum fits.
+    far end of the lowest-ranked windows, and windows after that, until the sum fits. The
+    one window left is cut toward its best hit, chunk by chunk from the end farther from it:
+    only a best hit that alone is over the total comes back over it.
     """
     kept = list(windows)
     lengths = [_length(length_function, window.text) for window in kept]
-    while len(kept) > 1 and sum(lengths) > total_budget:
-        last = kept[-1]
-        hit_ids = {hit.chunk.id for hit in last.hits}
-        chunks = list(last.chunks)
-        while chunks and chunks[-1].id not in hit_ids:
-            chunks.pop()
-        while chunks and chunks[0].id not in hit_ids:
-            chunks.pop(0)
-        if chunks and len(chunks) < len(last.chunks):
-            trimmed = Window(chunks=tuple(chunks), hits=last.hits, text=join_texts(chunks))
-            kept[-1], lengths[-1] = trimmed, _length(length_function, trimmed.text)
-        else:
+    while sum(lengths) > total_budget:
+        smaller = _smaller(kept[-1], alone=len(kept) == 1)
+        if smaller is not None:
+            kept[-1], lengths[-1] = smaller, _length(length_function, smaller.text)
+        elif len(kept) > 1:
             kept.pop()
             lengths.pop()
+        else:
+            break  # its best hit alone, over the total
     return kept
+
+
+def _smaller(window: Window, *, alone: bool) -> Window | None:
+    """``window`` one step smaller, or None when it cannot be.
+
+    A step drops the chunks at its ends that hold no hit; when it has none such and is the one
+    window left, its end chunk farther from its best hit (with the hit that chunk holds).
+    None: its hits must stay (not alone), or only its best hit's chunk is left.
+    """
+    hit_ids = {hit.chunk.id for hit in window.hits}
+    chunks = list(window.chunks)
+    while chunks and chunks[-1].id not in hit_ids:
+        chunks.pop()
+    while chunks and chunks[0].id not in hit_ids:
+        chunks.pop(0)
+    if not chunks or len(chunks) == len(window.chunks):
+        if not alone or len(window.chunks) < 2:
+            return None
+        best = min(window.hits, key=lambda hit: hit.distance).chunk.id
+        at = next(n for n, chunk in enumerate(chunks) if chunk.id == best)
+        chunks = chunks[:-1] if len(chunks) - 1 - at >= at else chunks[1:]
+    kept = {chunk.id for chunk in chunks}
+    hits = tuple(hit for hit in window.hits if hit.chunk.id in kept)
+    return Window(chunks=tuple(chunks), hits=hits, text=join_texts(chunks))
 
 
 def plan_fetch(

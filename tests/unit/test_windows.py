@@ -243,6 +243,29 @@ def test_fit_total_drops_and_cuts_the_lowest_ranked_windows_until_the_sum_fits(
         assert sum(len(w.text) for w in kept) <= total
 
 
+@pytest.mark.parametrize(
+    ("total", "expected"),
+    [
+        (40, ["w:0", "w:1", "w:2", "w:3"]),  # fits
+        (39, ["w:1", "w:2", "w:3"]),  # first its ends that hold no hit
+        (20, ["w:1", "w:2"]),  # then the end farther from the best hit (w:1), with its hit
+        (10, ["w:1"]),  # then down to the best hit
+        (5, ["w:1"]),  # which comes back alone, over the total
+    ],
+)
+def test_fit_total_cuts_the_one_window_left_toward_its_best_hit(
+    total: int, expected: list[str]
+) -> None:
+    """Measured whole, the one window left may be over the total (a token counter is not
+    additive over joins): it is cut, never returned over the total whole."""
+    _, chunks = make_file("w", [10] * 4)
+    only = window(chunks, 1, 3)  # hits at w:1 (best) and w:3
+    (kept,) = fit_total([only], total, len)
+    assert [c.id for c in kept.chunks] == expected
+    assert kept.text == join_texts(kept.chunks)
+    assert {h.chunk.id for h in kept.hits} == {"w:1", "w:3"} & set(expected)
+
+
 def rare_word_tokens(text: str) -> int:
     """A token-like count: a word of more than 8 letters is rare and costs 3 tokens, so two
     halves of a word cut at a seam cost less apart than joined (not additive over joins)."""
