@@ -16,6 +16,7 @@ credentials itself; a proxy in front of it or Chroma's distributed deployment do
 from __future__ import annotations
 
 import base64
+import contextlib
 import math
 import os
 import re
@@ -351,8 +352,6 @@ def _probe(
     import httpx
     from chromadb.config import DEFAULT_TENANT
 
-    from window_retriever._stores import timeout_message
-
     where = address.shown
     tenant_path = f"/api/v2/tenants/{quote(tenant or DEFAULT_TENANT, safe='')}"
     checks = [("/api/v2/auth/identity", "", "")]
@@ -525,3 +524,23 @@ def _flaw(value: str) -> str:
         if not char.isascii():
             return "a non-ASCII character"
     return ""
+
+
+def timeout_message(named: str, error: Any) -> str:
+    """``named`` (the server) did not answer within the timeout that ``error`` ran out of."""
+    import httpx
+
+    waits: Mapping[str, Any] = {}
+    with contextlib.suppress(RuntimeError):  # an httpx error without its request
+        waits = error.request.extensions.get("timeout") or {}
+    kind, what = "read", "did not answer"
+    if isinstance(error, httpx.ConnectTimeout):
+        kind, what = "connect", "did not accept a connection"
+    elif isinstance(error, httpx.WriteTimeout | httpx.PoolTimeout):
+        kind, what = "write", "did not take the request"
+    seconds = waits.get(kind)
+    within = f" within {seconds:g} s" if isinstance(seconds, int | float) else " in time"
+    return (
+        f"{named} {what}{within}; check that it is running and not overloaded, "
+        f"or raise timeout ({ENV_TIMEOUT})"
+    )

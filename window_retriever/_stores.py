@@ -19,7 +19,7 @@ from langchain_core.documents import Document
 from langchain_core.runnables.config import run_in_executor
 
 from window_retriever._errors import ConfigurationError, StoreError, WindowRetrieverError
-from window_retriever._open import ENV_TIMEOUT, ENV_TOKEN
+from window_retriever._open import ENV_TOKEN, timeout_message
 
 Where = Mapping[str, Any]
 Space = Literal["l2", "cosine", "ip"]
@@ -518,26 +518,6 @@ def store_failure(
     if vectorstore is not None and isinstance(error, ChromaError):
         return _dimension_failure(vectorstore, server)
     return None
-
-
-def timeout_message(named: str, error: Any) -> str:
-    """``named`` (the server) did not answer within the timeout that ``error`` ran out of."""
-    import httpx
-
-    waits: Mapping[str, Any] = {}
-    with contextlib.suppress(RuntimeError):  # an httpx error without its request
-        waits = error.request.extensions.get("timeout") or {}
-    kind, what = "read", "did not answer"
-    if isinstance(error, httpx.ConnectTimeout):
-        kind, what = "connect", "did not accept a connection"
-    elif isinstance(error, httpx.WriteTimeout | httpx.PoolTimeout):
-        kind, what = "write", "did not take the request"
-    seconds = waits.get(kind)
-    within = f" within {seconds:g} s" if isinstance(seconds, int | float) else " in time"
-    return (
-        f"{named} {what}{within}; check that it is running and not overloaded, "
-        f"or raise timeout ({ENV_TIMEOUT})"
-    )
 
 
 def server_address(vectorstore: Any) -> str | None:
