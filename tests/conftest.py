@@ -42,33 +42,46 @@ def make_store(chroma_client: Any) -> Iterator[Callable[..., Chroma]]:
 
 
 class StoreSpy:
-    """Counts the calls that reach a Chroma collection."""
+    """Every call that reaches a Chroma collection: its name, arguments and ids carried.
+
+    ``log`` holds ``(name, keyword arguments, ids carried)`` in call order (a ``get`` carries
+    the ids it sent or returned, whichever is more); ``calls`` counts them by name.
+    """
 
     def __init__(self) -> None:
-        self.calls: Counter[str] = Counter()
-        self.log: list[tuple[str, dict[str, Any]]] = []
+        self.log: list[tuple[str, dict[str, Any], int]] = []
+
+    @property
+    def calls(self) -> Counter[str]:
+        return Counter(name for name, _, _ in self.log)
 
     def reset(self) -> None:
-        self.calls.clear()
         self.log.clear()
+
+
+SPIED = ("get", "query", "upsert", "add", "delete", "update")
+"""The collection methods a :class:`StoreSpy` sees: every read and write of a store."""
 
 
 @pytest.fixture
 def spy_on(monkeypatch: pytest.MonkeyPatch) -> Callable[[Chroma], StoreSpy]:
-    """Wrap a store's collection ``query`` and ``get`` so a test can count them."""
+    """Wrap a store's collection reads and writes so a test can count and inspect them."""
 
     def attach(store: Chroma) -> StoreSpy:
         spy = StoreSpy()
         collection = store._collection
-        for method in ("query", "get"):
+        for method in SPIED:
             original = getattr(collection, method)
 
             def wrapper(
                 *args: Any, _name: str = method, _original: Any = original, **kwargs: Any
             ) -> Any:
-                spy.calls[_name] += 1
-                spy.log.append((_name, kwargs))
-                return _original(*args, **kwargs)
+                result = _original(*args, **kwargs)
+                carried = len(kwargs.get("ids") or [])
+                if _name == "get":  # a read is bounded by what it returns, too
+                    carried = max(carried, len(result["ids"]))
+                spy.log.append((_name, kwargs, carried))
+                return result
 
             monkeypatch.setattr(collection, method, wrapper)
         return spy

@@ -337,7 +337,7 @@ def test_a_window_budget_in_the_millions_asks_chroma_for_what_can_exist(
     spy = spy_on(store)
     docs = ContextWindowRetriever(vectorstore=store, k=2, window_budget=10**9).invoke("garden")
     assert docs
-    fetched = [len(kwargs["ids"]) for name, kwargs in spy.log if name == "get"]
+    fetched = [len(kwargs["ids"]) for name, kwargs, _ in spy.log if name == "get"]
     assert fetched and max(fetched) <= 30_000
     longest = max(len(d.metadata["chunk_ids"]) for d in docs)
     assert longest == max(

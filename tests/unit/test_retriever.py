@@ -104,7 +104,7 @@ def test_one_search_and_one_batched_fetch_per_query(
         docs = retriever.invoke(chunk(chunks, source, index).page_content)
         assert len(docs) == 4
         assert spy.calls == {"query": 1, "get": 1}
-        ((_, fetch),) = [entry for entry in spy.log if entry[0] == "get"]
+        ((_, fetch, _),) = [entry for entry in spy.log if entry[0] == "get"]
         assert fetch["where"] is None  # the fast path: ids only, filter applied in Python
         # sized from the budget, not the file (and, once lengths are known, the hits it reads)
         assert len(fetch["ids"]) <= 4 * (2 * 6 + 1) + 16
@@ -304,7 +304,7 @@ def test_a_filter_the_evaluator_cannot_decide_goes_to_the_store(
     assert all(
         chunk(chunks, "alpha", 6).metadata["chunk_id"] not in d.metadata["chunk_ids"] for d in docs
     )
-    fetches = [kwargs for name, kwargs in spy.log if name == "get"]
+    fetches = [kwargs for name, kwargs, _ in spy.log if name == "get"]
     assert fetches
     assert all(kwargs["where"] == where for kwargs in fetches)
 

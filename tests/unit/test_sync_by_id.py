@@ -11,6 +11,7 @@ from langchain_chroma import Chroma
 from langchain_core.documents import Document
 from langchain_text_splitters import RecursiveCharacterTextSplitter
 
+from tests.conftest import StoreSpy
 from window_retriever import OwnershipError, WindowSplitter, add_chunks, sync_file
 from window_retriever import _ingest as ingest_module
 from window_retriever._ingest import FILE_CHUNKS, INGEST_ORIGIN, prune_missing
@@ -44,62 +45,27 @@ def assert_holds_exactly(store: Chroma, chunks: list[Document]) -> None:
     assert marks == {chunks[0].metadata["chunk_id"]: len(chunks)}  # on the first chunk only
 
 
-class Calls:
-    """Every call that reaches the Chroma collection, with how many ids it carried."""
-
-    def __init__(self) -> None:
-        self.log: list[tuple[str, dict[str, Any], int]] = []
-
-    def names(self) -> Counter[str]:
-        return Counter(name for name, _, _ in self.log)
-
-    def clear(self) -> None:
-        self.log.clear()
-
-
-@pytest.fixture
-def calls(monkeypatch: pytest.MonkeyPatch) -> Callable[[Chroma], Calls]:
-    def attach(store: Chroma) -> Calls:
-        spy = Calls()
-        collection = store._collection
-        for name in ("get", "upsert", "add", "delete", "query", "update"):
-            original = getattr(collection, name)
-
-            def wrapper(*args: Any, _name: str = name, _original: Any = original, **kw: Any) -> Any:
-                result = _original(*args, **kw)
-                carried = len(kw.get("ids") or [])
-                if _name == "get":  # a read is bounded by what it returns, too
-                    carried = max(carried, len(result["ids"]))
-                spy.log.append((_name, kw, carried))
-                return result
-
-            monkeypatch.setattr(collection, name, wrapper)
-        return spy
-
-    return attach
-
-
 def test_an_unchanged_file_costs_one_read_by_id_and_no_metadata_query(
-    make_store: Callable[..., Chroma], calls: Callable[[Chroma], Calls]
+    make_store: Callable[..., Chroma], spy_on: Callable[[Chroma], StoreSpy]
 ) -> None:
     store = make_store()
     chunks = page("a", 20)
     assert sync_file(store, chunks, replace_source_copies=True).status == "added"
-    spy = calls(store)
+    spy = spy_on(store)
     outcome = sync_file(store, page("a", 20), replace_source_copies=True)
     assert (outcome.status, outcome.written, outcome.removed) == ("unchanged", 0, 0)
-    assert spy.names() == Counter({"get": 1})
+    assert spy.calls == Counter({"get": 1})
     ((_, kwargs, _),) = spy.log
     assert sorted(kwargs["ids"]) == sorted(c.metadata["chunk_id"] for c in chunks)
     assert kwargs.get("where") is None
 
 
 def test_the_first_chunk_is_written_last_with_the_files_chunk_count(
-    make_store: Callable[..., Chroma], calls: Callable[[Chroma], Calls]
+    make_store: Callable[..., Chroma], spy_on: Callable[[Chroma], StoreSpy]
 ) -> None:
     store = make_store()
     sync_file(store, page("old", 30))
-    spy = calls(store)
+    spy = spy_on(store)
     new = page("new", 12)  # shorter: a tail to delete
     old_count = len(stored(store))
     outcome = sync_file(store, new, batch_size=5)
@@ -166,7 +132,7 @@ def test_a_write_killed_before_its_first_chunk_is_finished_by_the_next_run(
 
 
 def test_a_store_written_without_the_mark_is_checked_once_and_brought_up_to_date(
-    make_store: Callable[..., Chroma], calls: Callable[[Chroma], Calls]
+    make_store: Callable[..., Chroma], spy_on: Callable[[Chroma], StoreSpy]
 ) -> None:
     store = make_store()
     old, new = page("old", 30), page("new", 12)
@@ -176,9 +142,9 @@ def test_a_store_written_without_the_mark_is_checked_once_and_brought_up_to_date
     outcome = sync_file(store, new)
     assert (outcome.status, outcome.written, outcome.removed) == ("updated", 1, len(old) - len(new))
     assert_holds_exactly(store, new)
-    spy = calls(store)
+    spy = spy_on(store)
     assert sync_file(store, new).status == "unchanged"
-    assert spy.names() == Counter({"get": 1})
+    assert spy.calls == Counter({"get": 1})
 
 
 def test_another_owners_file_is_refused_even_when_its_chunks_are_all_there(
@@ -194,20 +160,20 @@ def test_another_owners_file_is_refused_even_when_its_chunks_are_all_there(
 
 def test_no_call_carries_more_ids_than_the_cap(
     make_store: Callable[..., Chroma],
-    calls: Callable[[Chroma], Calls],
+    spy_on: Callable[[Chroma], StoreSpy],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Every path, at a cap of 7: reads by id and by file, writes, tail, copies and prune."""
     monkeypatch.setattr(ingest_module, "MAX_IDS_PER_CALL", 7)
     store = make_store()
-    spy = calls(store)
+    spy = spy_on(store)
     seen: set[str] = set()
 
     def capped(result: Any) -> Any:
         assert spy.log, "no store call was seen"
         assert max(carried for _, _, carried in spy.log) <= 7
         seen.update(name for name, _, _ in spy.log)
-        spy.clear()
+        spy.reset()
         return result
 
     long = read_here(page("old", 40))
@@ -216,12 +182,12 @@ def test_no_call_carries_more_ids_than_the_cap(
     restamped = capped(sync_file(store, read_here(page("old", 40), "there")))
     assert (restamped.status, restamped.written) == ("unchanged", 0)
     assert {m[INGEST_ORIGIN] for m in stored(store).values()} == {"there"}
-    spy.clear()
+    spy.reset()
     short = read_here(page("new", 25))
     outcome = capped(sync_file(store, short, replace_source_copies=True))
     assert (outcome.written, outcome.removed) == (len(short), len(long) - len(short))
     assert_holds_exactly(store, short)
-    spy.clear()
+    spy.reset()
     # the same source under another file id, as the same run read it: every chunk of the old
     # one is a copy to remove
     text = "Another split of the same page, stored under another file id. " * 12
@@ -237,7 +203,7 @@ def test_no_call_carries_more_ids_than_the_cap(
     outcome = capped(sync_file(store, renamed, replace_source_copies=True))
     assert outcome.removed == len(short)
     assert_holds_exactly(store, renamed)
-    spy.clear()
+    spy.reset()
     gone = capped(prune_missing(store, "/docs", keep=[], origin="here"))
     assert [(p.source, p.chunks) for p in gone] == [("/docs/page.txt", len(renamed))]
     assert stored(store) == {}
