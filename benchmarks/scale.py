@@ -37,8 +37,15 @@ from typing import Any
 from langchain_core.documents import Document
 from langchain_core.embeddings import DeterministicFakeEmbedding
 
-from window_retriever import ContextWindowRetriever, WindowSplitter, add_chunks, open_store
-from window_retriever._stores import ChromaWindowStore, Fetch, Search, SearchIds
+from window_retriever import (
+    ContextWindowRetriever,
+    Embedded,
+    Fetch,
+    WindowSplitter,
+    add_chunks,
+    open_store,
+)
+from window_retriever.evaluation import CountingStore
 
 WORDS = [
     *("window", "chunk", "context", "retrieval", "budget", "merge", "file", "store"),
@@ -49,30 +56,20 @@ PER_FILE = 50
 TENANTS = 10
 
 
-class Recorder(ChromaWindowStore):
-    """The Chroma adapter, counting its calls and keeping the ids of the last fetch."""
+class Recorder(CountingStore):
+    """The evaluation's store-call counter, keeping the ids of the last fetch too."""
 
     def __init__(self, vectorstore: Any) -> None:
         super().__init__(vectorstore)
-        self.calls = 0
         self.last_ids: list[str] = []
 
-    def search(self, request: Search) -> list[tuple[Document, float]]:  # noqa: D102
-        self.calls += 1
-        return super().search(request)
-
-    def search_ids(self, request: SearchIds) -> list[tuple[str, float]]:  # noqa: D102
-        self.calls += 1
-        return super().search_ids(request)
-
-    def search_embedded(self, request: Search) -> Any:  # noqa: D102
-        self.calls += 1
-        return super().search_embedded(request)
-
-    def fetch_embedded(self, request: Fetch, *, embeddings: bool = True) -> Any:  # noqa: D102
-        self.calls += 1
+    def fetch(self, request: Fetch) -> list[Document]:  # noqa: D102
         self.last_ids = list(request.ids)
-        return super().fetch_embedded(request, embeddings=embeddings)
+        return super().fetch(request)
+
+    def fetch_embedded(self, request: Fetch) -> Embedded:  # noqa: D102
+        self.last_ids = list(request.ids)
+        return super().fetch_embedded(request)
 
 
 def corpus(chunks: int) -> tuple[list[Document], list[str]]:
