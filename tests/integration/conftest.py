@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import socket
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from functools import lru_cache
 from pathlib import Path
@@ -67,37 +70,90 @@ def pages() -> tuple[Chroma, tuple[Document, ...], dict[str, str]]:
     return example_store()
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
+TOKEN = "s3cret-token"  # noqa: S105 - a test's token
+
+
+def unique(prefix: str) -> str:
+    """A collection (or tenant, database) name no other test uses on the shared server."""
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+def notes(count: int = 6, words: int = 300) -> list[Document]:
+    """Small synthetic notes, ``notes/{i}.txt``, of two tenants (``acme`` and ``globex``)."""
+    return [
+        Document(
+            page_content=" ".join(f"topic{i} word{j}" for j in range(words)),
+            metadata={"source": f"notes/{i}.txt", "tenant": "acme" if i % 2 else "globex"},
+        )
+        for i in range(count)
+    ]
+
+
+def fill(store: Any) -> list[Document]:
+    """Split and store the default :func:`notes`; return the chunks."""
+    chunks = WindowSplitter().split_documents(notes())
+    add_chunks(store, chunks)
+    return chunks
+
+
+def _free_port(host: str = "127.0.0.1") -> int:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family) as sock:
+        sock.bind((host, 0))
         return int(sock.getsockname()[1])
+
+
+class ChromaServer:
+    """A ``chroma run`` on loopback from this environment's ``chroma``, answering once built.
+
+    The one place the tests start a Chroma server: the session's :func:`chroma_server`, a
+    server on IPv6 loopback, and the servers a test pauses (SIGSTOP), resumes or stops.
+    """
+
+    def __init__(self, path: Path, host: str = "127.0.0.1") -> None:
+        port = _free_port(host)
+        executable = Path(sys.executable).parent / "chroma"
+        self.process = subprocess.Popen(
+            [str(executable), "run", "--path", str(path), "--host", host, "--port", str(port)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        address = f"[{host}]" if ":" in host else host
+        self.url = f"http://{address}:{port}"
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                chromadb.HttpClient(host=address, port=port).heartbeat()
+                return
+            except Exception:
+                if time.monotonic() > deadline or self.process.poll() is not None:
+                    self.stop()
+                    pytest.fail(f"the Chroma server on {address} did not start")
+                time.sleep(0.2)
+
+    def pause(self) -> None:
+        os.kill(self.process.pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        os.kill(self.process.pid, signal.SIGCONT)
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.resume()  # a stopped process cannot act on SIGTERM
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
 
 
 @pytest.fixture(scope="session")
 def chroma_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A real Chroma server on loopback, started from this environment's ``chroma``."""
-    executable = Path(sys.executable).parent / "chroma"
-    port = _free_port()
-    path = tmp_path_factory.mktemp("chroma-server")
-    process = subprocess.Popen(
-        [str(executable), "run", "--path", str(path), "--host", "127.0.0.1", "--port", str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            chromadb.HttpClient(host="127.0.0.1", port=port).heartbeat()
-            break
-        except Exception:
-            if time.monotonic() > deadline or process.poll() is not None:
-                process.kill()
-                pytest.fail("the Chroma server did not start")
-            time.sleep(0.2)
-    yield url
-    process.terminate()
-    process.wait(timeout=10)
+    server = ChromaServer(tmp_path_factory.mktemp("chroma-server"))
+    yield server.url
+    server.stop()
 
 
 class GuardedProxy:

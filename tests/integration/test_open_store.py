@@ -10,21 +10,22 @@ import asyncio
 import base64
 import json
 import socket
-import subprocess
-import sys
 import tempfile
-import time
-import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from urllib.parse import urlsplit
 
-import chromadb
 import pytest
-from langchain_core.documents import Document
 from langchain_core.embeddings import DeterministicFakeEmbedding
 
-from tests.integration.conftest import GuardedProxy
+from tests.integration.conftest import (
+    TOKEN,
+    ChromaServer,
+    GuardedProxy,
+    _free_port,
+    notes,
+    unique,
+)
 from window_retriever import (
     ConfigurationError,
     ContextWindowRetriever,
@@ -36,63 +37,29 @@ from window_retriever import (
 from window_retriever._cli import main
 from window_retriever._stores import ChromaWindowStore
 
-TOKEN = "s3cret-token"  # noqa: S105 - a test's token
 ENV_URL, ENV_TOKEN = "WINDOW_RETRIEVER_CHROMA_URL", "WINDOW_RETRIEVER_CHROMA_TOKEN"
 Guard = Callable[..., GuardedProxy]
 
 
-def unique(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:8]}"
-
-
-def pages(count: int = 4, words: int = 80) -> list[Document]:
-    return [
-        Document(
-            page_content=" ".join(f"topic{i} word{j}" for j in range(words)),
-            metadata={"source": f"notes/{i}.txt"},
-        )
-        for i in range(count)
-    ]
-
-
-def _ipv6_port() -> int | None:
-    """A free port on IPv6 loopback, or None when this machine has no ``::1``."""
+def _has_ipv6_loopback() -> bool:
     if not socket.has_ipv6:
-        return None
+        return False
     try:
         with socket.socket(socket.AF_INET6) as sock:
             sock.bind(("::1", 0))
-            return int(sock.getsockname()[1])
     except OSError:
-        return None
+        return False
+    return True
 
 
 @pytest.fixture(scope="module")
 def ipv6_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A real Chroma server listening on ``[::1]`` only."""
-    port = _ipv6_port()
-    if port is None:
+    if not _has_ipv6_loopback():
         pytest.skip("no IPv6 loopback (::1) on this machine")
-    executable = Path(sys.executable).parent / "chroma"
-    path = tmp_path_factory.mktemp("chroma-ipv6")
-    process = subprocess.Popen(
-        [str(executable), "run", "--path", str(path), "--host", "::1", "--port", str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            chromadb.HttpClient(host="[::1]", port=port).heartbeat()
-            break
-        except Exception:
-            if time.monotonic() > deadline or process.poll() is not None:
-                process.kill()
-                pytest.fail("the Chroma server on [::1] did not start")
-            time.sleep(0.2)
-    yield f"http://[::1]:{port}"
-    process.terminate()
-    process.wait(timeout=10)
+    server = ChromaServer(tmp_path_factory.mktemp("chroma-ipv6"), host="::1")
+    yield server.url
+    server.stop()
 
 
 def test_a_server_on_ipv6_loopback_serves_sync_async_and_the_cli(
@@ -101,7 +68,7 @@ def test_a_server_on_ipv6_loopback_serves_sync_async_and_the_cli(
     embeddings = DeterministicFakeEmbedding(size=32)
     name = unique("v6")
     store = open_store(url=ipv6_server, collection=name, create=True, embeddings=embeddings)
-    add_chunks(store, WindowSplitter().split_documents(pages()))
+    add_chunks(store, WindowSplitter().split_documents(notes(4, words=80)))
     reopened = open_store(url=f"{ipv6_server}/", collection=name, embeddings=embeddings)
     retriever = ContextWindowRetriever(vectorstore=reopened, k=2)
     docs = retriever.invoke("topic2 word5")
@@ -129,7 +96,7 @@ def test_a_server_on_ipv6_loopback_serves_sync_async_and_the_cli(
 
 
 def test_an_ipv6_server_that_is_down_is_one_line(ipv6_server: str) -> None:
-    port = _ipv6_port()
+    port = _free_port("::1")  # nothing listens there
     with pytest.raises(StoreError) as raised:
         open_store(url=f"http://ann:{TOKEN}@[::1]:{port}", environ={})
     message = str(raised.value)
@@ -200,5 +167,5 @@ def test_a_non_ascii_password_reaches_the_server_as_utf8(guarded_server: Guard) 
         embeddings=DeterministicFakeEmbedding(size=8),
         environ={},
     )
-    add_chunks(store, WindowSplitter().split_documents(pages(2)))
+    add_chunks(store, WindowSplitter().split_documents(notes(2, words=80)))
     assert ContextWindowRetriever(vectorstore=store, k=1).invoke("topic1") and proxy.seen

@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-import uuid
 from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlsplit
@@ -20,39 +19,16 @@ from chromadb.config import Settings
 from langchain_core.documents import Document
 from langchain_core.embeddings import DeterministicFakeEmbedding
 
-from tests.integration.conftest import GuardedProxy
+from tests.integration.conftest import TOKEN, GuardedProxy, fill, notes, unique
 from window_retriever import (
     ContextWindowRetriever,
     StoreError,
-    WindowSplitter,
-    add_chunks,
     open_store,
 )
 from window_retriever._cli import main
 from window_retriever._stores import ChromaWindowStore
 
-TOKEN = "s3cret-token"  # noqa: S105 - a test's token
 Guard = Callable[..., GuardedProxy]
-
-
-def turns(count: int = 6, words: int = 300) -> list[Document]:
-    return [
-        Document(
-            page_content=" ".join(f"topic{i} word{j}" for j in range(words)),
-            metadata={"source": f"notes/{i}.txt", "tenant": "acme" if i % 2 else "globex"},
-        )
-        for i in range(count)
-    ]
-
-
-def fill(store: Any) -> list[Document]:
-    chunks = WindowSplitter().split_documents(turns())
-    add_chunks(store, chunks)
-    return chunks
-
-
-def unique(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:8]}"
 
 
 def new_tenant_and_database(chroma_server: str) -> tuple[str, str]:
@@ -166,7 +142,7 @@ def test_the_command_line_reads_the_server_and_token_from_the_environment(
     proxy = guarded_server({"Authorization": f"Bearer {TOKEN}"})
     name = unique("cli")
     # ingest with the real packaged model, as a user would
-    pages = turns(3, words=80)
+    pages = notes(3, words=80)
     monkeypatch.setenv("WINDOW_RETRIEVER_CHROMA_URL", proxy.url)
     monkeypatch.setenv("WINDOW_RETRIEVER_CHROMA_TOKEN", TOKEN)
     folder = _write(pages, monkeypatch)

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import os
 import re
-import signal
 import subprocess
 import sys
 import threading
@@ -23,8 +22,7 @@ import pytest
 from langchain_core.documents import Document
 from langchain_core.embeddings import DeterministicFakeEmbedding
 
-from tests.integration.conftest import GuardedProxy, _free_port
-from tests.integration.test_server import TOKEN, fill, unique
+from tests.integration.conftest import TOKEN, ChromaServer, GuardedProxy, fill, unique
 from window_retriever import ContextWindowRetriever, StoreError, WindowSplitter, open_store
 from window_retriever._cli import main
 from window_retriever._stores import store_errors
@@ -34,58 +32,10 @@ DEADLINE = 60.0
 """Seconds a call may take against a paused server with a 1 s timeout before it counts as hung."""
 
 
-class PrivateServer:
-    """A ``chroma run`` of this test's own, to pause (SIGSTOP), resume or stop."""
-
-    def __init__(self, path: Path) -> None:
-        import chromadb
-
-        port = _free_port()
-        executable = Path(sys.executable).parent / "chroma"
-        self.process = subprocess.Popen(
-            [
-                str(executable),
-                "run",
-                "--path",
-                str(path),
-                *("--host", "127.0.0.1", "--port"),
-                str(port),
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        self.url = f"http://127.0.0.1:{port}"
-        for _ in range(150):
-            try:
-                chromadb.HttpClient(host="127.0.0.1", port=port).heartbeat()
-                return
-            except Exception:
-                if self.process.poll() is not None:
-                    break
-                threading.Event().wait(0.2)
-        self.stop()
-        pytest.fail("the private Chroma server did not start")
-
-    def pause(self) -> None:
-        os.kill(self.process.pid, signal.SIGSTOP)
-
-    def resume(self) -> None:
-        os.kill(self.process.pid, signal.SIGCONT)
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.resume()  # a stopped process cannot act on SIGTERM
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-
-
 @pytest.fixture
-def private_server(tmp_path: Path) -> Iterator[PrivateServer]:
-    server = PrivateServer(tmp_path / "chroma")
+def private_server(tmp_path: Path) -> Iterator[ChromaServer]:
+    """A ``chroma run`` of this test's own, to pause (SIGSTOP), resume or stop."""
+    server = ChromaServer(tmp_path / "chroma")
     try:
         yield server
     finally:
@@ -126,7 +76,7 @@ def a_store(url: str, **options: Any) -> Any:
 
 
 def test_a_paused_server_times_out_on_invoke_ainvoke_and_writes(
-    private_server: PrivateServer,
+    private_server: ChromaServer,
 ) -> None:
     store = a_store(private_server.url, timeout=1)
     chunks = fill(store)
@@ -162,7 +112,7 @@ def test_a_paused_server_times_out_on_invoke_ainvoke_and_writes(
     assert store._collection.count() >= len(chunks)  # nothing lost
 
 
-def test_the_timeout_can_come_from_the_environment(private_server: PrivateServer) -> None:
+def test_the_timeout_can_come_from_the_environment(private_server: ChromaServer) -> None:
     store = open_store(
         url=private_server.url,
         collection=unique("env-timeout"),
@@ -181,7 +131,7 @@ def test_the_timeout_can_come_from_the_environment(private_server: PrivateServer
 
 
 def test_the_command_line_against_a_paused_server_is_one_line(
-    private_server: PrivateServer,
+    private_server: ChromaServer,
 ) -> None:
     fill(a_store(private_server.url))
     query_options = ["--chroma-url", private_server.url, "--chroma-timeout", "1"]
@@ -208,7 +158,7 @@ def test_the_command_line_against_a_paused_server_is_one_line(
 # ---- a server gone ------------------------------------------------------------------------------
 
 
-def test_a_server_gone_at_query_time_names_it(private_server: PrivateServer) -> None:
+def test_a_server_gone_at_query_time_names_it(private_server: ChromaServer) -> None:
     store = a_store(private_server.url)
     fill(store)
     retriever = ContextWindowRetriever(vectorstore=store, k=2)
