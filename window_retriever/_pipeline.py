@@ -45,7 +45,7 @@ AHEAD = 4
 GROUP = 128
 """Chunks planned before they are embedded when several sources are ready (small pages fill
 batches)."""
-PART = 256
+PART = 128
 """The most chunks of one embedding call: a long file is embedded and written in parts, so
 its progress shows, an interrupt waits for one part at most, and what was written stays."""
 WRITES_AHEAD = 64
@@ -203,7 +203,7 @@ def pipelined(
             begin = end
         group.clear()
         embedded.extend(vectors for vectors, _ in parts)
-        while len(embedded) > 2:  # one part embedding, one waiting: plan no further ahead
+        while len(embedded) > 2 and writer.failure is None:  # plan no further ahead
             settle(embedded.popleft())
 
     try:
@@ -245,7 +245,13 @@ def pipelined(
             in_flight = [(held, job) for held, job in in_flight if not job.done()]
             while outcomes and outcomes[0].done():
                 yield outcomes.popleft().result()
-        embed_group()
+            if writer.failure is not None:  # the store failed: plan and embed nothing more
+                break
+        if writer.failure is None:
+            embed_group()
+        else:
+            for future, _, _ in group:
+                future.cancel()
         while outcomes:
             yield outcomes.popleft().result()
     finally:
@@ -325,6 +331,8 @@ class Writer:
         self._progress = progress
         self._queue: queue.Queue[Write | None] = queue.Queue(maxsize=WRITES_AHEAD)
         self._stopping = threading.Event()
+        self.failure: BaseException | None = None
+        """The first write that failed: the writer then stops, and so does the ingest."""
         self._thread = threading.Thread(
             target=self._run, name="window-retriever-write", daemon=True
         )
@@ -372,7 +380,10 @@ class Writer:
 
         try:
             write_plan(self._vectorstore, write.plan, self._size, parts(), self._written)
+        except _StoppedError as error:
+            write.future.set_exception(error)
         except BaseException as error:  # handed to the caller, in this source's place
+            self._fail(error, [write])
             write.future.set_exception(error)
         else:
             write.future.set_result(SourceOutcome(write.name, outcome=outcome_of(write.plan)))
@@ -391,11 +402,25 @@ class Writer:
                 store_chunks(self._vectorstore, chunks, self._size, vectors)
                 self._written(len(chunks))
         except BaseException as error:  # handed to the caller, in these sources' places
+            self._fail(error, [write for write, _ in ready])
             for write, _ in ready:
                 write.future.set_exception(error)
         else:
             for write, _ in ready:
                 write.future.set_result(SourceOutcome(write.name, outcome=outcome_of(write.plan)))
+
+    def _fail(self, error: BaseException, writes: list[Write]) -> None:
+        """A write failed (a store gone, refusing, full): write nothing more.
+
+        The embedding of what these sources still wait for stops too, so the error is reported
+        at once, not after the rest of a long file is embedded.
+        """
+        if self.failure is None:
+            self.failure = error
+        self._stopping.set()
+        for write in writes:
+            for piece in write.pieces:
+                piece.vectors.cancel()
 
     def close(self) -> None:
         """Finish the sources being written, drop the others (when stopped early), and end."""

@@ -272,3 +272,34 @@ def test_a_shrunk_page_among_small_ones_loses_its_tail(store: Chroma) -> None:
     assert {name: len(chunks) for name, chunks in files(store).items()} == {
         name: len(chunks) for name, chunks, _ in shrunk
     }
+
+
+def test_a_failed_write_stops_the_ingest_without_embedding_the_rest(
+    store: Chroma, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The store fails while a long file is written part by part: the error is raised after
+    the pages before it, and the parts still waiting are not embedded (a server gone
+    mid-ingest used to be reported only once the whole file was embedded)."""
+    embeddings = store.embeddings
+    assert isinstance(embeddings, Embeddings)
+    embeddings.after = lambda texts: time.sleep(0.05)  # an embedding that takes time
+    upsert = store._collection.upsert
+    writes = {"n": 0}
+
+    def failing(*args: Any, **kwargs: Any) -> Any:
+        writes["n"] += 1
+        if writes["n"] == 2:  # the first part of the long file
+            raise ConnectionError("the store went away")
+        return upsert(*args, **kwargs)
+
+    monkeypatch.setattr(store._collection, "upsert", failing)
+    long = page("long", 40 * pipeline.PART)  # 40 parts
+    seen: list[str] = []
+    with pytest.raises(ConnectionError, match="went away"):
+        for outcome in pipeline.pipelined(
+            store, embeddings, Ready([page("first", 3), long, page("after", 3)])
+        ):
+            seen.append(outcome.name)
+    assert seen == ["first"]
+    parts = [size for size in embeddings.calls if size == pipeline.PART]
+    assert len(parts) < 10, f"{len(parts)} of 40 parts embedded after the store failed"
