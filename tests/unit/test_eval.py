@@ -363,3 +363,31 @@ def test_resolve_sources_reads_relative_paths_and_names_the_closest_stored_sourc
         f"miss (the closest is {stored!r}; local files are stored under their absolute paths)"
     ]
     assert resolve_sources(object(), questions) == (questions, [])  # a store it cannot list
+
+
+def test_an_empty_source_is_a_bad_line_and_warns_no_other_question(
+    tmp_path: Path, make_store: Callable[..., Chroma]
+) -> None:
+    from window_retriever.evaluation import resolve_sources
+
+    path = tmp_path / "q.jsonl"
+    path.write_text(
+        '{"question": "deja vu", "answer": "vu"}\n'
+        '{"question": "x", "source": "", "answer": "x"}\n'
+        '{"question": "y", "source": "/docs/missing.txt", "answer": "y"}\n',
+        encoding="utf-8",
+    )
+    questions, problems = read_questions(path)
+    assert [q.question for q in questions] == ["deja vu", "y"]
+    assert (
+        len(problems) == 1
+        and "line 2" in problems[0]
+        and '"source" must not be empty' in problems[0]
+    )
+    store = make_store()
+    add_chunks(
+        store,
+        WindowSplitter().split_documents([Document("vu", metadata={"source": "/docs/a.txt"})]),
+    )
+    _, warnings = resolve_sources(store, questions)
+    assert len(warnings) == 1 and warnings[0].startswith("line 3: source '/docs/missing.txt'")

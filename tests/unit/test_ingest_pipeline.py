@@ -296,10 +296,7 @@ def test_a_failed_write_stops_the_ingest_without_embedding_the_rest(
     long = page("long", 40 * pipeline.PART)  # 40 parts
     seen: list[str] = []
     with pytest.raises(ConnectionError, match="went away"):
-        for outcome in pipeline.pipelined(
-            store, embeddings, Ready([page("first", 3), long, page("after", 3)])
-        ):
-            seen.append(outcome.name)
+        collect(store, [page("first", 3), long, page("after", 3)], seen)
     assert seen == ["first"]
     parts = [size for size in embeddings.calls if size == pipeline.PART]
     assert len(parts) < 10, f"{len(parts)} of 40 parts embedded after the store failed"

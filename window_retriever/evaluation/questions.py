@@ -74,6 +74,9 @@ def parse_question(number: int, data: Any) -> Question:
     for key in ("source", "file_id", "answer"):
         if data.get(key) is not None and not isinstance(data[key], str):
             raise ValueError(f'"{key}" must be a string')
+    for key in ("source", "file_id"):
+        if isinstance(data.get(key), str) and not data[key].strip():
+            raise ValueError(f'"{key}" must not be empty (leave it out instead)')
     spans = data.get("gold_spans") or []
     if not isinstance(spans, list) or not all(
         isinstance(s, list | tuple)
@@ -125,14 +128,16 @@ def resolve_sources(
     out: list[Question] = []
     warnings: list[str] = []
     for question in questions:
-        source = question.source or ""
-        if question.file_id is None and source in resolved:
-            question = dataclasses.replace(question, source=resolved[source])
-        elif question.file_id is None and source in unknown:
-            closest = difflib.get_close_matches(source, stored, n=1, cutoff=0.0)
+        given = question.source
+        if given is None or question.file_id is not None:
+            pass
+        elif given in resolved:
+            question = dataclasses.replace(question, source=resolved[given])
+        elif given in unknown:
+            closest = difflib.get_close_matches(given, stored, n=1, cutoff=0.0)
             hint = f"the closest is {closest[0]!r}" if closest else "the store has none"
             warnings.append(
-                f"line {question.line}: source {source!r} is not a stored source, so the "
+                f"line {question.line}: source {given!r} is not a stored source, so the "
                 f"question scores as a miss ({hint}; local files are stored under their "
                 "absolute paths)"
             )
