@@ -514,6 +514,14 @@ def origins_of(
     return found
 
 
+def remove_file(vectorstore: Any, file_id: str) -> int:
+    """Delete every stored chunk of ``file_id`` (a file now empty); return how many."""
+    with store_errors(vectorstore):
+        ids = [chunk_id for chunk_id, _ in _get_where(vectorstore, {FILE_ID: file_id})]
+        _delete(vectorstore, ids)
+    return len(ids)
+
+
 @dataclass(frozen=True, slots=True)
 class Pruned:
     """A file that :func:`prune_missing` removed from the store."""

@@ -20,6 +20,7 @@ from typing import Any
 from langchain_text_splitters import TextSplitter
 
 from window_retriever._errors import ConfigurationError
+from window_retriever._ids import make_file_id
 from window_retriever._ingest import (
     OWNER_KEYS,
     FileOutcome,
@@ -27,6 +28,7 @@ from window_retriever._ingest import (
     directory_origin,
     origins_of,
     prune_missing,
+    remove_file,
 )
 from window_retriever._loaders import EMPTY, GONE, LoadOptions, expand, is_url
 from window_retriever._pipeline import IngestProgress, SourceOutcome, ingest_sources
@@ -195,12 +197,20 @@ def ingest(
         origins=origins_of(files, directories, origin),
         progress=progress,
     )
+    named = {spec for spec in files if not any(_below(spec, d) for d in directories)}
+    emptied: list[Pruned] = []
     for result in outcomes:
         if result.outcome is None:
             if result.error not in (GONE, EMPTY):
                 present.add(os.path.abspath(result.name))  # failed now, kept as it was
             if result.error == EMPTY:  # an empty file; "no text" after a selector fails
                 summary.empty += 1
+                if result.name in named:  # emptied since: its old text must not answer
+                    source = os.path.abspath(result.name)
+                    file_id = make_file_id({**metadata, "source": source}, ("source", *owners))
+                    chunks = remove_file(vectorstore, file_id)
+                    if chunks:
+                        emptied.append(Pruned(source, chunks))
             else:
                 summary.failed += 1
         else:
@@ -210,6 +220,10 @@ def ingest(
             summary.written += result.outcome.written
             summary.removed += result.outcome.removed
         report(result)
+    for gone in emptied:  # a file named on its own, emptied: as a folder's file, it goes
+        summary.gone += 1
+        summary.removed += gone.chunks
+        report(gone)
     if not keep_missing:
         owner = {key: metadata[key] for key in owners}
         for directory in directories:
@@ -227,6 +241,10 @@ def ingest(
                 summary.removed += gone.chunks
                 report(gone)
     return summary
+
+
+def _below(path: str, directory: str) -> bool:
+    return os.path.abspath(path).startswith(os.path.abspath(directory).rstrip(os.sep) + os.sep)
 
 
 def _is_directory(spec: str) -> bool:

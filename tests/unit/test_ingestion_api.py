@@ -76,3 +76,24 @@ def test_ingest_namespaces_owners_and_refuses_what_it_stamps_itself(
         ingest(store, [str(folder)], origin=" ")
     with pytest.raises(ConfigurationError, match="a source is an empty string"):
         ingest(store, [""])
+
+
+def test_a_file_named_on_its_own_and_emptied_no_longer_answers(
+    make_store: Callable[..., Chroma], tmp_path: Path
+) -> None:
+    note = tmp_path / "one.txt"
+    note.write_text("Bees make honey in the hive. " * 20, encoding="utf-8")
+    other = tmp_path / "two.txt"
+    other.write_text("Snails are slow. " * 20, encoding="utf-8")
+    store = make_store()
+    ingest(store, [str(note), str(other)], metadata={"tenant": "a"})
+    ingest(store, [str(note)], metadata={"tenant": "b"})  # another owner's copy
+    stored = len(store.get(where={"tenant": "a"})["ids"]) - len(
+        store.get(where={"$and": [{"tenant": "a"}, {"source": str(other)}]})["ids"]
+    )
+    note.write_text("", encoding="utf-8")
+    summary = ingest(store, [str(note), str(other)], metadata={"tenant": "a"})
+    assert (summary.empty, summary.gone, summary.removed) == (1, 1, stored)
+    assert [e for e in summary.events if isinstance(e, Pruned)] == [Pruned(str(note), stored)]
+    left = {(m["source"], m["tenant"]) for m in store.get(include=["metadatas"])["metadatas"]}
+    assert left == {(str(other), "a"), (str(note), "b")}  # tenant b's copy is not tenant a's
