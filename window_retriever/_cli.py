@@ -45,6 +45,8 @@ DEMO_QUESTION = (
     "How do I make sure a file is closed after reading it, even if an exception is raised?"
 )
 DEMO_TOTAL_BUDGET = 2000
+DEMO_ORIGIN = "window-retriever-demo"
+"""The demo's pages carry this origin: a demo run removes what another install's demo wrote."""
 EXIT_OK, EXIT_SOURCES_FAILED, EXIT_ERROR = 0, 1, 2
 
 
@@ -530,9 +532,10 @@ def _eval(args: argparse.Namespace) -> int:
 
 def _demo(args: argparse.Namespace) -> int:
     _check_window_arguments(args)
-    from window_retriever._loaders import LoadOptions, expand
-    from window_retriever._pipeline import ingest_sources
-    from window_retriever._splitter import WindowSplitter
+    from window_retriever._ingest import prune_missing
+    from window_retriever._loaders import LoadOptions
+    from window_retriever._pipeline import SourceOutcome
+    from window_retriever.ingestion import ingest
 
     pages = Path(args.pages) if args.pages else bundled_pages()
     if not pages.is_dir():
@@ -543,18 +546,22 @@ def _demo(args: argparse.Namespace) -> int:
     args.chroma_url, args.collection, args.wait = None, DEFAULT_COLLECTION, False
     args.chroma_tenant = args.chroma_database = None
     began = time.perf_counter()
-    written = total = 0
     with _opened_for_writing(args) as store:
-        sources = expand([str(pages)])
-        options = LoadOptions(selectors=["body"])
-        for result in ingest_sources(store, sources, splitter=WindowSplitter(), options=options):
+        summary = ingest(
+            store, [str(pages)], options=LoadOptions(selectors=["body"]), origin=DEMO_ORIGIN
+        )
+        results = [event for event in summary.events if isinstance(event, SourceOutcome)]
+        for result in results:
             if result.outcome is None:
                 raise CommandError(
                     f"cannot load {result.name}: {result.error} (the demo reads the 'body' "
                     "class of HTML pages; --pages DIR must hold such pages)"
                 )
-            written += result.outcome.written
-            total += result.outcome.chunks
+        # The pages as another install (another path) of the demo wrote them: gone.
+        shown = {os.path.abspath(result.name) for result in results}
+        prune_missing(store, os.sep, shown, origin=DEMO_ORIGIN)
+    written = summary.written
+    total = sum(result.outcome.chunks for result in results if result.outcome is not None)
     print(
         f"{_count(total, 'chunk')} of the pages in {pages} are in {args.db}/, collection "
         f"{args.collection!r} ({written} embedded now, {time.perf_counter() - began:.1f} s)"

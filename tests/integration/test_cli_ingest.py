@@ -508,3 +508,23 @@ def test_query_into_a_closed_pipe_is_not_an_error(
     process.stderr.close()
     assert process.wait(timeout=120) == 0
     assert "Error" not in error and "Traceback" not in error
+
+
+def test_a_second_install_of_the_demo_replaces_the_first_ones_pages(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The demo from another install (its pages at another path) into the same store: the
+    first install's pages go, so a query does not return every window twice."""
+    import shutil
+
+    from window_retriever._cli import bundled_pages
+
+    other = tmp_path / "other-install" / "pages"
+    shutil.copytree(bundled_pages(), other)
+    db = str(tmp_path / "demo")
+    assert main(["demo", "--db", db, "--pages", str(other)]) == 0
+    assert main(["demo", "--db", db]) == 0
+    capsys.readouterr()
+    client = chromadb.PersistentClient(path=db)
+    sources = {m["source"] for m in client.get_collection("documents").get()["metadatas"]}
+    assert sources and all(s.startswith(str(bundled_pages())) for s in sources)
