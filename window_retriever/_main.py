@@ -1,0 +1,22 @@
+"""The ``window-retriever`` entry point: nothing to import before Ctrl-C is handled.
+
+Importing the command line takes a tenth of a second; an interrupt then would end in a
+traceback. This module imports nothing of its own, so the interrupt is caught from the
+first line of :func:`main` on (Python's own start-up, a few milliseconds, is the rest).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; return the exit status (130 when interrupted)."""
+    try:
+        from window_retriever._cli import main as run
+
+        return run(argv)
+    except KeyboardInterrupt:  # before the command handles it (importing, parsing)
+        print("window-retriever: interrupted", file=sys.stderr)
+        return 130
