@@ -74,8 +74,8 @@ def test_a_server_on_ipv6_loopback_serves_sync_async_and_the_cli(
     docs = retriever.invoke("topic2 word5")
     assert docs and "topic2" in docs[0].page_content
     assert asyncio.run(retriever.ainvoke("topic2 word5")) == docs
-    assert isinstance(retriever._store, ChromaWindowStore)
-    assert retriever._store._server() is not None  # async HTTP took the bracketed host too
+    assert isinstance(retriever._store(), ChromaWindowStore)
+    assert retriever._store()._server() is not None  # async HTTP took the bracketed host too
     with pytest.raises(
         StoreError, match=r"^no collection 'nothing' in http://\[::1\]:\d+ \(it has[^)]*\); "
     ):

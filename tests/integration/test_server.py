@@ -220,8 +220,8 @@ def test_async_on_a_server_uses_the_async_http_client(guarded_server: Guard) -> 
         # neither the searches nor the fetches capped by a thread pool (6 threads on 2 cores)
         assert proxy.by_call["query"][1] > 10 and proxy.by_call["get"][1] > 10
         assert max(gaps) < delay  # the loop was never held for a whole store call
-        assert isinstance(retriever._store, ChromaWindowStore)
-        assert retriever._store._server() is not None  # async HTTP, not threads
+        assert isinstance(retriever._store(), ChromaWindowStore)
+        assert retriever._store()._server() is not None  # async HTTP, not threads
     assert static._lengths.typical() is not None  # so its searches asked for ids only
 
 
@@ -236,7 +236,7 @@ def test_async_on_an_embedded_store_stays_on_threads(tmp_path: Any) -> None:
     retriever = ContextWindowRetriever(vectorstore=store, k=2)
     docs = asyncio.run(retriever.ainvoke("topic1 word3"))
     assert docs == retriever.invoke("topic1 word3")
-    assert retriever._store._server() is None  # type: ignore[attr-defined]
+    assert retriever._store()._server() is None  # type: ignore[attr-defined]
 
 
 def test_an_unreachable_server_is_one_line() -> None:

@@ -434,6 +434,8 @@ def test_invoke_overrides_and_batch(corpus: tuple[Chroma, list[Document]]) -> No
         ({"filter": "tenant=a"}, r"argument 'filter'"),
         ({"length_function": 3}, r"argument 'length_function'"),
         ({"k": True}, r"argument 'k': Input should be a valid integer"),
+        ({"budget": 500}, r"argument 'budget' is now 'window_budget'; pass window_budget="),
+        ({"totl_budget": 500}, r"unknown argument 'totl_budget'.*did you mean 'total_budget'"),
     ],
 )
 def test_bad_arguments_raise_at_construction(
@@ -443,6 +445,20 @@ def test_bad_arguments_raise_at_construction(
     with pytest.raises(ValueError, match=message) as caught:
         ContextWindowRetriever(vectorstore=store, **arguments)
     assert isinstance(caught.value, ConfigurationError)
+
+
+def test_a_reassigned_vectorstore_is_the_one_queried(
+    corpus: tuple[Chroma, list[Document]], make_store: Callable[..., Chroma]
+) -> None:
+    store, chunks = corpus
+    retriever = ContextWindowRetriever(vectorstore=store, k=2)
+    assert retriever.invoke(chunks[3].page_content)
+    retriever.invoke(chunks[3].page_content)  # the lean search knows this store's chunks now
+    empty = make_store()
+    retriever.vectorstore = empty
+    assert retriever.invoke(chunks[3].page_content) == []
+    retriever.vectorstore = store
+    assert retriever.invoke(chunks[3].page_content)
 
 
 def test_an_unsupported_store_is_named() -> None:
@@ -471,5 +487,5 @@ def test_a_chroma_subclass_with_a_fetch_method_is_still_chroma(
         client=store._client,
     )
     retriever = ContextWindowRetriever(vectorstore=mine, k=2)
-    assert isinstance(retriever._store, ChromaWindowStore)
+    assert isinstance(retriever._store(), ChromaWindowStore)
     assert retriever.invoke(chunks[3].page_content)

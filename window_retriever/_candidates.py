@@ -1,0 +1,231 @@
+"""Where hits come from, and how their neighbours are read: the retrieval's two store steps.
+
+A :class:`CandidateSource` turns a query into a :class:`Pool`: the hits, best first, and the
+chunks known so far. It is the one seam for another kind of candidate (keyword + vector, or
+any LangChain retriever's hits): a strategy asks the source, never the store, for hits.
+:class:`Neighbours` reads the positions a strategy plans, in one batched fetch, under the
+caller's filter. Both are generators of store requests (see ``_retriever``), so one body
+serves the sync and the async path.
+"""
+
+from __future__ import annotations
+
+import itertools
+import statistics
+from abc import ABC, abstractmethod
+from collections import deque
+from collections.abc import Generator, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from window_retriever._filters import Predicate, compile_where
+from window_retriever._ids import make_chunk_id
+from window_retriever._params import Params
+from window_retriever._records import admit, placed, read_hit, read_hits, unique
+from window_retriever._stores import Fetch, Request, Search, SearchIds, Space
+from window_retriever._windows import Chunk, Hit, Measure, Position
+
+Flow = Generator[Request, Any, Any]
+
+
+@dataclass
+class Pool:
+    """What one retrieval knows: its hits and every chunk read so far."""
+
+    hits: list[Hit]
+    """The candidates, best first, each chunk once."""
+    chunks: dict[Position, Chunk]
+    """Every chunk read so far (hits and neighbours), by position."""
+    fetched: set[Position] = field(default_factory=set)
+    """Positions already asked of the store: read into ``chunks``, or found absent (a gap)."""
+    vectors: dict[str, Sequence[float]] = field(default_factory=dict)
+    """Stored embeddings by chunk id, when the strategy asked for them."""
+    query_embedding: Sequence[float] | None = None
+    space: Space = "l2"
+    returned: int = 0
+    """How many results the search returned: fewer than asked means the store has no more."""
+    beyond: list[Hit] = field(default_factory=list)
+    """Lean search only: candidates known by id, not read (see ``StaticWindows``)."""
+
+
+class CandidateSource(ABC):
+    """Finds the hits that windows grow from."""
+
+    @abstractmethod
+    def find(self, query: str, k: int, params: Params, *, embeddings: bool) -> Flow:
+        """Yield store requests; return a :class:`Pool` of at most ``k`` hits, best first.
+
+        Hits honour ``params.filter`` and ``params.where_document`` (a chunk they hide never
+        comes back). With ``embeddings`` the pool carries every hit's stored vector, the
+        query's vector and the store's distance space.
+        """
+
+
+class VectorSearch(CandidateSource):
+    """The store's similarity search: hits scored by distance (lower is better).
+
+    ``locates``: the store can search for ids and distances alone (see :meth:`locate`).
+    """
+
+    def __init__(self, *, locates: bool = False) -> None:
+        self.locates = locates
+
+    def find(self, query: str, k: int, params: Params, *, embeddings: bool) -> Flow:
+        found = yield Search(query, k, params.filter, params.where_document, embeddings=embeddings)
+        if not embeddings:
+            hits, chunks = read_hits(list(found), strict=params.strict)
+            return Pool(hits, chunks, fetched=set(chunks), returned=len(found))
+        pairs = list(zip(found.documents, found.distances, strict=True))
+        hits, chunks = read_hits(pairs, strict=params.strict)
+        vectors = {
+            document.id or "": vector
+            for document, vector in zip(found.documents, found.embeddings, strict=True)
+        }
+        return Pool(
+            hits,
+            chunks,
+            fetched=set(chunks),
+            vectors=vectors,
+            query_embedding=found.query_embedding,
+            space=found.space,
+            returned=len(pairs),
+        )
+
+    def locate(self, query: str, k: int, params: Params) -> Flow:
+        """The lean search: ids and distances only; return hits without text, or ``None``.
+
+        Each hit's position is read from its id (``file_id:chunk_index``); ``None`` when an id
+        has another form (the caller then searches the usual way).
+        """
+        found = yield SearchIds(query, k, params.filter, params.where_document)
+        return located(found), len(found)
+
+
+class Neighbours:
+    """Reads planned positions into a pool, in one batched fetch, under the caller's filter.
+
+    The filter is applied here when ``_filters`` can decide it (a fetch by ids alone is
+    Chroma's fastest read), and otherwise sent with the fetch for the store to apply: either
+    way a chunk the filter hides never joins a window.
+    """
+
+    def __init__(self, params: Params, *, embeddings: bool = False) -> None:
+        self.predicate: Predicate | None = (
+            compile_where(params.filter) if params.where_document is None else None
+        )
+        self.where = params.filter if self.predicate is None else None
+        self.where_document = params.where_document
+        self.embeddings = embeddings
+
+    def fetch(self, pool: Pool, positions: Iterable[Position]) -> Flow:
+        """Read the positions not asked before; the filter's hidden chunks become gaps."""
+        missing = [position for position in positions if position not in pool.fetched]
+        if not missing:
+            return None
+        ids = {make_chunk_id(*position): position for position in missing}
+        found = yield Fetch(list(ids), self.where, self.where_document, embeddings=self.embeddings)
+        pool.fetched.update(missing)
+        if self.embeddings:
+            documents = list(found.documents)
+            for document, vector in zip(documents, found.embeddings, strict=True):
+                pool.vectors[document.id or ""] = vector
+        else:
+            documents = list(found)
+        admit(documents, ids, self.predicate, pool.chunks)
+        return None
+
+    def read_located(
+        self, covered: Sequence[Hit], ids: Mapping[str, Position], params: Params
+    ) -> Flow:
+        """Read the covered hits of a lean search with their planned neighbours, in one fetch.
+
+        Return the pool, or ``None`` when a hit is not where its id says (the caller then
+        searches the usual way).
+        """
+        documents = yield Fetch(list(ids), self.where, self.where_document)
+        by_id = {document.id: document for document in documents}
+        hits: list[Hit] = []
+        for hit in covered:
+            document = by_id.get(hit.chunk.id)
+            if document is None or (
+                self.predicate is not None and not self.predicate(document.metadata)
+            ):
+                continue  # gone since the search, or hidden
+            read = read_hit(document, hit.distance, strict=params.strict)
+            if read.chunk.position not in (None, hit.chunk.position):
+                return None
+            hits.append(read)
+        kept, chunks = placed(unique(hits))
+        admit(documents, ids, self.predicate, chunks)
+        return Pool(kept, chunks, fetched=set(ids.values()))
+
+
+class TypicalLength:
+    """The median length of recently read chunks: what a search that returns no text plans by.
+
+    Learned from the chunks each call reads (a few per call, the last 256 kept). A plan made
+    with it may fetch a neighbour too many (cheap) or too few (one more fetch); never a
+    different result.
+    """
+
+    __slots__ = ("_median", "_recent")
+
+    def __init__(self) -> None:
+        self._recent: deque[int] = deque(maxlen=256)
+        self._median: int | None = None
+
+    def typical(self) -> int | None:
+        return self._median
+
+    def disable(self) -> None:
+        """The store's ids do not tell positions: no lean search for this retriever."""
+        self._median = None
+        self._recent = deque(maxlen=0)
+
+    def learn(self, measure: Measure, chunks: Iterable[Chunk]) -> None:
+        self.learn_from(measure.text(chunk) for chunk in itertools.islice(chunks, 8))
+
+    def learn_from(self, lengths: Iterable[int]) -> None:
+        self._recent.extend(lengths)
+        if self._recent:
+            self._median = max(1, int(statistics.median_low(self._recent)))
+
+
+def located(found: Sequence[tuple[str, float]]) -> list[Hit] | None:
+    """Hits known by id alone: ``file_id:chunk_index`` ids give their positions, no text.
+
+    ``None`` when an id has another form (the caller then reads the hits the usual way).
+    """
+    hits: list[Hit] = []
+    seen: set[str] = set()
+    for chunk_id, distance in found:
+        file_id, _, index = chunk_id.rpartition(":")
+        if not (file_id and index.isascii() and index.isdigit()):
+            return None
+        if make_chunk_id(file_id, int(index)) != chunk_id:  # "f:03" is not chunk 3
+            return None
+        if chunk_id not in seen:
+            seen.add(chunk_id)
+            chunk = Chunk(id=chunk_id, text="", file_id=file_id, index=int(index))
+            hits.append(Hit(chunk, float(distance)))
+    return hits
+
+
+def absorbed(
+    beyond: Sequence[Hit], chunks: Mapping[Position, Chunk], *, until_unread: bool = False
+) -> list[Hit]:
+    """Candidates beyond the plan that were fetched as neighbours, as hits, in rank order.
+
+    A search that returned texts would have them all, so they must count: absorbed into a
+    window, each adds its id and score. ``until_unread`` stops at the first candidate that was
+    not fetched: one after it must never open a window in its place (the caller reads all
+    candidates when the ``k`` windows are not there by then).
+    """
+    found: list[Hit] = []
+    for hit in beyond:
+        if hit.chunk.position not in chunks:
+            if until_unread:
+                break
+            continue
+        found.append(Hit(chunks[hit.chunk.position], hit.distance))  # type: ignore[index]
+    return found

@@ -1,0 +1,181 @@
+"""The retriever's options, checked in one place: defaults, per-call overrides, and the rules.
+
+``resolve`` turns the retriever's fields and a call's overrides into one frozen :class:`Params`
+with every default decided (``fetch_k`` from ``k``, ``expansion`` from ``total_budget``), or
+raises a ``ConfigurationError`` that names the argument, the value and the fix.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from pydantic import ValidationError
+
+from window_retriever._errors import ConfigurationError
+from window_retriever._filters import check_where
+from window_retriever._windows import MODES, Mode
+
+Expansion = Literal["static", "adaptive"]
+EXPANSIONS: tuple[Expansion, ...] = ("static", "adaptive")
+
+OVERRIDABLE = (
+    "k",
+    "fetch_k",
+    "window_budget",
+    "total_budget",
+    "expansion",
+    "coherence",
+    "mode",
+    "filter",
+    "where_document",
+)
+"""The options a call may override: ``retriever.invoke(query, k=2, filter={...})``."""
+
+RENAMED = {"budget": "window_budget"}
+"""Old names that a caller may still pass, and the option each became."""
+
+
+@dataclass(frozen=True, slots=True)
+class Params:
+    """Every option of one retrieval, defaults decided and checked."""
+
+    k: int
+    fetch_k: int
+    window_budget: int
+    total_budget: int | None
+    expansion: Expansion
+    coherence: float
+    mode: Mode
+    filter: Mapping[str, Any] | None
+    where_document: Mapping[str, Any] | None
+    length_function: Callable[[str], int]
+    strict: bool
+
+    @property
+    def adaptive(self) -> bool:
+        return self.expansion == "adaptive"
+
+
+def resolve(
+    fields: Mapping[str, Any],
+    overrides: Mapping[str, Any],
+    *,
+    length_function: Callable[[str], int],
+    strict: bool,
+) -> Params:
+    """The options of one call: the retriever's ``fields`` with a call's ``overrides``."""
+    unknown = sorted(set(overrides) - set(OVERRIDABLE))
+    if unknown:
+        msg = (
+            f"unknown argument(s) {', '.join(map(repr, unknown))} for "
+            f"ContextWindowRetriever.invoke; allowed: {', '.join(OVERRIDABLE)}"
+        )
+        raise ConfigurationError(msg)
+    values = {name: fields[name] for name in OVERRIDABLE} | dict(overrides)
+    k = _positive_int("k", values["k"], "the number of windows to return")
+    budget = _positive_int(
+        "window_budget", values["window_budget"], "the largest length of one window"
+    )
+    total_budget = values["total_budget"]
+    if total_budget is not None:
+        total_budget = _positive_int(
+            "total_budget", total_budget, "the most all windows may measure together"
+        )
+    expansion = _expansion(values["expansion"], total_budget)
+    coherence = values["coherence"]
+    if (
+        isinstance(coherence, bool)
+        or not isinstance(coherence, int | float)
+        or not 0.0 <= coherence <= 1.0
+    ):
+        msg = f"coherence must be a number from 0 to 1, got {coherence!r}"
+        raise ConfigurationError(msg)
+    fetch_k = values["fetch_k"]
+    if fetch_k is None:
+        fetch_k = 2 * k if total_budget is not None else 4 * k
+    elif _positive_int("fetch_k", fetch_k, "the number of search candidates") < k:
+        msg = f"fetch_k must be at least k ({k}), got {fetch_k}; raise fetch_k or omit it"
+        raise ConfigurationError(msg)
+    mode = values["mode"]
+    if mode not in MODES:
+        msg = f"mode must be one of {', '.join(map(repr, MODES))}, got {mode!r}"
+        raise ConfigurationError(msg)
+    if not callable(length_function):
+        msg = "length_function must be callable, e.g. len or a token counter"
+        raise ConfigurationError(msg)
+    return Params(
+        k=k,
+        fetch_k=fetch_k,
+        window_budget=budget,
+        total_budget=total_budget,
+        expansion=expansion,
+        coherence=float(coherence),
+        mode=mode,
+        filter=_where("filter", values["filter"]),
+        where_document=_where("where_document", values["where_document"]),
+        length_function=length_function,
+        strict=strict,
+    )
+
+
+def _expansion(expansion: Any, total_budget: int | None) -> Expansion:
+    if expansion is None:
+        return "adaptive" if total_budget is not None else "static"
+    if expansion not in EXPANSIONS:
+        msg = f"expansion must be one of {', '.join(map(repr, EXPANSIONS))}, got {expansion!r}"
+        raise ConfigurationError(msg)
+    if expansion == "adaptive" and total_budget is None:
+        msg = (
+            "expansion='adaptive' shares one budget between windows: give total_budget "
+            "(e.g. total_budget=2000), or use expansion='static'"
+        )
+        raise ConfigurationError(msg)
+    return expansion  # type: ignore[no-any-return]
+
+
+def _where(name: str, value: Any) -> Mapping[str, Any] | None:
+    """A Chroma filter, checked; ``{}`` filters nothing, as ``None`` does."""
+    if value is None:
+        return None
+    if not isinstance(value, Mapping):
+        msg = f"{name} must be a dict (a Chroma filter) or None, got {value!r}"
+        raise ConfigurationError(msg)
+    if not value:
+        return None
+    if name == "filter":
+        try:
+            check_where(value)
+        except ValueError as error:
+            raise ConfigurationError(str(error)) from None
+    return value
+
+
+def _positive_int(name: str, value: Any, meaning: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        msg = f"{name} ({meaning}) must be a positive integer, got {value!r}"
+        raise ConfigurationError(msg)
+    return value
+
+
+def describe(error: ValidationError, known: list[str]) -> str:
+    """Pydantic's complaint about the constructor's arguments, one line, with the fix."""
+    parts = []
+    for detail in error.errors():
+        location = ".".join(str(part) for part in detail["loc"])
+        if detail["type"] == "extra_forbidden":
+            parts.append(_unknown(location, known))
+            continue
+        message = str(detail["msg"]).removeprefix("Value error, ")
+        parts.append(f"argument {location!r}: {message}" if location else message)
+    return "; ".join(parts)
+
+
+def _unknown(name: str, known: list[str]) -> str:
+    if name in RENAMED:
+        return f"argument {name!r} is now {RENAMED[name]!r}; pass {RENAMED[name]}= instead"
+    close = difflib.get_close_matches(name, known, n=1)
+    hint = f"; did you mean {close[0]!r}?" if close else f"; known: {', '.join(known)}"
+    return f"unknown argument {name!r} for ContextWindowRetriever{hint}"

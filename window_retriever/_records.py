@@ -1,0 +1,168 @@
+"""Stored documents read as chunks and hits, and windows written back as documents.
+
+The boundary between LangChain's ``Document`` and the pure algorithm's ``Chunk`` / ``Hit`` /
+``Window``: what makes a stored document a chunk that can grow (the splitter's metadata and an
+id equal to its ``chunk_id``), and the provenance a window carries back for citations.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from typing import Any
+
+from langchain_core.documents import Document
+
+from window_retriever._errors import MissingWindowMetadataError
+from window_retriever._filters import Predicate
+from window_retriever._ids import (
+    CHUNK_ID,
+    CHUNK_INDEX,
+    FILE_ID,
+    FILE_VERSION,
+    START_INDEX,
+    make_chunk_id,
+)
+from window_retriever._windows import Chunk, Hit, Position, Window, chunk_spans
+
+logger = logging.getLogger("window_retriever")
+
+# Keys of a chunk's own metadata that do not describe a window.
+_CHUNK_KEYS = (CHUNK_ID, CHUNK_INDEX, START_INDEX, "file_chunks")
+
+
+def read_hit(document: Document, distance: float, *, strict: bool) -> Hit:
+    """A search result as a hit; one that cannot grow is kept whole (or refused if ``strict``)."""
+    chunk, problem = read_chunk(document)
+    if problem is not None:
+        if strict:
+            raise MissingWindowMetadataError(problem)
+        logger.warning("%s; returning it unexpanded", problem)
+    return Hit(chunk=chunk, distance=float(distance))
+
+
+def read_hits(
+    results: Sequence[tuple[Document, float]], *, strict: bool
+) -> tuple[list[Hit], dict[Position, Chunk]]:
+    """Search results as hits (each chunk once), and the chunks they put in place."""
+    return placed(
+        unique([read_hit(document, distance, strict=strict) for document, distance in results])
+    )
+
+
+def placed(hits: list[Hit]) -> tuple[list[Hit], dict[Position, Chunk]]:
+    """``hits`` with the chunks they put in place, by position."""
+    chunks: dict[Position, Chunk] = {}
+    for hit in hits:
+        if hit.chunk.position is not None:
+            chunks.setdefault(hit.chunk.position, hit.chunk)
+    return hits, chunks
+
+
+def unique(hits: Sequence[Hit]) -> list[Hit]:
+    """Each chunk once (a store may return one twice).
+
+    A hit that has neither an id nor window metadata gets a key of its own, so two such hits
+    never pass for one chunk.
+    """
+    seen: set[str] = set()
+    kept: list[Hit] = []
+    for rank, hit in enumerate(hits):
+        if not hit.chunk.id:
+            hit = Hit(replace(hit.chunk, id=f"#hit-{rank}"), hit.distance)
+        if hit.chunk.id not in seen:
+            seen.add(hit.chunk.id)
+            kept.append(hit)
+    return kept
+
+
+def read_chunk(document: Document) -> tuple[Chunk, str | None]:
+    """Read a stored document as a chunk; say what is wrong if it cannot grow into a window."""
+    metadata = document.metadata
+    store_id = document.id or metadata.get(CHUNK_ID) or ""
+    file_id, index = metadata.get(FILE_ID), metadata.get(CHUNK_INDEX)
+    start = metadata.get(START_INDEX)
+    version = metadata.get(FILE_VERSION)
+    problem = None
+    if not isinstance(file_id, str) or isinstance(index, bool) or not isinstance(index, int):
+        problem = (
+            f"chunk {store_id!r} has no integer 'chunk_index' and string 'file_id' metadata "
+            "(was it split by WindowSplitter?)"
+        )
+    elif document.id is not None and document.id != make_chunk_id(file_id, index):
+        problem = (
+            f"chunk {document.id!r} is not stored under its chunk_id "
+            f"{make_chunk_id(file_id, index)!r}, so its neighbours cannot be found; add chunks "
+            "with ids=[c.metadata['chunk_id'] for c in chunks] or window_retriever.add_chunks"
+        )
+    if problem is not None or not isinstance(file_id, str) or not isinstance(index, int):
+        return Chunk(id=store_id, text=document.page_content, metadata=metadata), problem
+    return (
+        Chunk(
+            id=make_chunk_id(file_id, index),
+            text=document.page_content,
+            file_id=file_id,
+            index=index,
+            start=start if _is_offset(start) else None,
+            version=version if isinstance(version, str) else None,
+            metadata=metadata,
+        ),
+        None,
+    )
+
+
+def _is_offset(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def admit(
+    documents: Sequence[Document],
+    ids: Mapping[str, Position],
+    predicate: Predicate | None,
+    chunks: dict[Position, Chunk],
+) -> None:
+    """Add fetched neighbours that pass the caller's filter and are what their id promises."""
+    for document in documents:
+        position = ids.get(document.id or "")
+        if position is None:
+            continue
+        if predicate is not None and not predicate(document.metadata):
+            continue  # hidden by the caller's filter: a gap, never part of a window
+        chunk, problem = read_chunk(document)
+        if problem is not None or chunk.position != position:
+            logger.warning("stored chunk %r does not match its id; treated as a gap", document.id)
+            continue
+        chunks[position] = chunk
+
+
+def to_document(window: Window, *, over_budget: bool = False) -> Document:
+    """Turn a window into a Document with full provenance."""
+    best = min(window.hits, key=lambda hit: hit.distance)
+    metadata = {key: value for key, value in best.chunk.metadata.items() if key not in _CHUNK_KEYS}
+    first, last = window.chunks[0], window.chunks[-1]
+    spans = dict(
+        zip((chunk.id for chunk in window.chunks), chunk_spans(window.chunks), strict=True)
+    )
+    metadata.update(
+        {
+            "chunk_ids": [chunk.id for chunk in window.chunks],
+            "hit_chunk_ids": [hit.chunk.id for hit in window.hits],
+            "hit_scores": [hit.distance for hit in window.hits],
+            "hit_spans": [list(spans[hit.chunk.id]) for hit in window.hits],
+            "score": window.score,
+        }
+    )
+    if first.file_id is not None:
+        metadata[FILE_ID] = first.file_id
+        metadata["first_chunk_index"] = first.index
+        metadata["last_chunk_index"] = last.index
+    if window.start_index is not None:
+        metadata[START_INDEX] = window.start_index
+        metadata["end_index"] = window.end_index
+    if over_budget:
+        metadata["over_budget"] = True
+    document_id = (
+        f"{first.file_id}:{first.index}-{last.index}" if first.file_id is not None else first.id
+    )
+    return Document(page_content=window.text, metadata=metadata, id=document_id)

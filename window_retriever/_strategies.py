@@ -1,0 +1,299 @@
+"""How windows are chosen: one object per strategy, each driving the same two store steps.
+
+- :class:`StaticWindows`: no total budget; ``k`` windows, each hit grown to ``window_budget``.
+- :class:`BudgetedStatic`: one ``total_budget``; hits grown blindly while it lasts.
+- :class:`Adaptive`: one ``total_budget``; hits and neighbours compete by relevance.
+
+Every strategy is a generator of store requests (``run``), fed by a
+:class:`~window_retriever._candidates.CandidateSource` for its hits and
+:class:`~window_retriever._candidates.Neighbours` for the chunks around them, and returns the
+windows as documents. The pure work (plans, growth, merging, selection) is in ``_windows`` and
+``_adaptive``.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+from window_retriever._adaptive import plan_adaptive_fetch, select_adaptive
+from window_retriever._candidates import (
+    CandidateSource,
+    Flow,
+    Neighbours,
+    Pool,
+    TypicalLength,
+    VectorSearch,
+    absorbed,
+)
+from window_retriever._ids import make_chunk_id
+from window_retriever._params import Params
+from window_retriever._records import to_document
+from window_retriever._stores import Space
+from window_retriever._windows import (
+    Assembly,
+    Chunk,
+    Hit,
+    Measure,
+    Position,
+    Window,
+    assemble,
+    fit_total,
+    plan_fetch,
+    plan_needs,
+    plan_positions,
+)
+
+# Fetch rounds per search: the first fetch nearly always suffices; each further round at
+# least extends every unfinished window, so this bound is never reached on real data.
+_MAX_FETCH_ROUNDS = 8
+
+
+class Strategy(ABC):
+    """Chooses the windows of one retrieval."""
+
+    @abstractmethod
+    def run(self, query: str, params: Params, source: CandidateSource) -> Flow:
+        """Yield store requests; return the windows as documents, best first."""
+
+
+def strategy_for(params: Params, lengths: TypicalLength) -> Strategy:
+    """The strategy the options ask for."""
+    if params.total_budget is None:
+        return StaticWindows(lengths)
+    return Adaptive() if params.adaptive else BudgetedStatic()
+
+
+class _Budgeted(Strategy):
+    """One search, one neighbour fetch, one budget for the whole result."""
+
+    embeddings = False
+
+    def run(self, query: str, params: Params, source: CandidateSource) -> Flow:
+        total = params.total_budget
+        assert total is not None  # noqa: S101 - strategy_for checked
+        pool = yield from source.find(query, params.fetch_k, params, embeddings=self.embeddings)
+        measure = Measure(params.length_function)
+        neighbours = Neighbours(params, embeddings=self.embeddings)
+        yield from neighbours.fetch(pool, self.plan(pool, params, measure))
+        windows, over = self.select(pool, params, measure)
+        if not over:
+            windows = fit_total(windows, total, params.length_function)
+        return [to_document(window, over_budget=over) for window in windows]
+
+    @abstractmethod
+    def plan(self, pool: Pool, params: Params, measure: Measure) -> list[Position]:
+        """The neighbours worth fetching."""
+
+    @abstractmethod
+    def select(self, pool: Pool, params: Params, measure: Measure) -> tuple[list[Window], bool]:
+        """The windows, and whether the one window is over the budget (then kept whole)."""
+
+
+class BudgetedStatic(_Budgeted):
+    """Each hit grown blindly to ``window_budget`` while the total budget lasts."""
+
+    def plan(self, pool: Pool, params: Params, measure: Measure) -> list[Position]:
+        return plan_fetch(
+            pool.hits,
+            k=params.k,
+            budget=params.window_budget,
+            mode=params.mode,
+            length_function=params.length_function,
+            total_budget=params.total_budget,
+            measure=measure,
+        )
+
+    def select(self, pool: Pool, params: Params, measure: Measure) -> tuple[list[Window], bool]:
+        windows = assemble(
+            pool.hits,
+            pool.chunks,
+            pool.fetched,
+            k=params.k,
+            budget=params.window_budget,
+            mode=params.mode,
+            length_function=params.length_function,
+            total_budget=params.total_budget,
+            measure=measure,
+        ).windows
+        total = params.total_budget or 0
+        return windows, len(windows) == 1 and measure.run(windows[0].chunks) > total
+
+
+class Adaptive(_Budgeted):
+    """Hits and neighbours compete for the budget by their relevance to the query."""
+
+    embeddings = True
+
+    def plan(self, pool: Pool, params: Params, measure: Measure) -> list[Position]:
+        return plan_adaptive_fetch(
+            pool.hits,
+            total_budget=params.total_budget or 0,
+            mode=params.mode,
+            length_function=params.length_function,
+            measure=measure,
+        )
+
+    def select(self, pool: Pool, params: Params, measure: Measure) -> tuple[list[Window], bool]:
+        return select_adaptive(
+            pool.hits,
+            pool.chunks,
+            relevance(pool.query_embedding, pool.space, pool.chunks, pool.hits, pool.vectors),
+            k=params.k,
+            total_budget=params.total_budget or 0,
+            window_budget=params.window_budget,
+            mode=params.mode,
+            length_function=params.length_function,
+            coherence=params.coherence,
+            measure=measure,
+        )
+
+
+class StaticWindows(Strategy):
+    """``k`` windows of up to ``window_budget`` each (no total budget).
+
+    Once the typical chunk length is known (from earlier calls), a vector search asks for ids
+    and distances only and the one fetch brings the texts of the hits the plan covers with
+    their neighbours: Chroma's cheapest search, and nothing read twice. When merging leaves
+    fewer than ``k`` windows, it searches again, twice as wide.
+    """
+
+    def __init__(self, lengths: TypicalLength) -> None:
+        self.lengths = lengths
+
+    def run(self, query: str, params: Params, source: CandidateSource) -> Flow:
+        neighbours = Neighbours(params)
+        fetch_k = params.fetch_k
+        typical = self.lengths.typical()
+        lean = isinstance(source, VectorSearch) and source.locates and typical is not None
+        while True:
+            pool: Pool | None = None
+            wanted: list[Position] | None = None
+            if lean and typical is not None:
+                pool, wanted = yield from self._lean(
+                    query, fetch_k, typical, params, source, neighbours
+                )
+            if pool is None:
+                lean = False
+                pool = yield from source.find(query, fetch_k, params, embeddings=False)
+                wanted = None  # planned from the texts read
+            assembly = yield from self._assemble(pool, wanted, params, neighbours)
+            unread = any(hit.chunk.position not in pool.chunks for hit in pool.beyond)
+            if len(assembly.windows) >= params.k or (pool.returned < fetch_k and not unread):
+                return [to_document(window) for window in assembly.windows]
+            if unread:
+                lean = False  # fewer windows than planned: read every candidate
+            else:
+                fetch_k *= 2  # candidates merged into fewer than k windows: search wider
+
+    def _lean(
+        self,
+        query: str,
+        fetch_k: int,
+        typical: int,
+        params: Params,
+        source: CandidateSource,
+        neighbours: Neighbours,
+    ) -> Flow:
+        """Search for ids alone and read the hits with their planned neighbours, in one fetch.
+
+        Return ``(pool, planned positions)``, or ``(None, [])`` to search the usual way.
+        """
+        assert isinstance(source, VectorSearch)  # noqa: S101 - run checked
+        found, returned = yield from source.locate(query, fetch_k, params)
+        if found is None:  # ids not made by WindowSplitter: never again
+            self.lengths.disable()
+            return None, []
+        wanted, covered = plan_positions(
+            found,
+            dict.fromkeys((hit.chunk.id for hit in found), typical),
+            k=params.k,
+            budget=params.window_budget,
+            mode=params.mode,
+            known=set(),
+        )
+        ids = {make_chunk_id(*position): position for position in wanted}
+        ids |= {hit.chunk.id: hit.chunk.position for hit in covered}  # type: ignore[misc]
+        pool = yield from neighbours.read_located(covered, ids, params)
+        if pool is None:  # a hit is not where its id says: read it the usual way
+            return None, []
+        pool.beyond = found[len(covered) :]
+        pool.returned = returned
+        return pool, wanted
+
+    def _assemble(
+        self,
+        pool: Pool,
+        wanted: list[Position] | None,
+        params: Params,
+        neighbours: Neighbours,
+    ) -> Flow:
+        """Fetch rounds until every window is complete; return the assembly."""
+        measure = Measure(params.length_function)
+        if wanted is None:
+            wanted = plan_fetch(
+                pool.hits,
+                k=params.k,
+                budget=params.window_budget,
+                mode=params.mode,
+                length_function=params.length_function,
+                measure=measure,
+            )
+        assembly: Assembly | None = None
+        for _ in range(_MAX_FETCH_ROUNDS):
+            yield from neighbours.fetch(pool, wanted)
+            assembly = self._windows(pool, params, measure, until_unread=True)
+            if assembly.complete:
+                break
+            wanted = plan_needs(assembly.needs)
+        assert assembly is not None  # noqa: S101 - the loop runs at least once
+        self.lengths.learn(measure, pool.chunks.values())
+        unread = any(hit.chunk.position not in pool.chunks for hit in pool.beyond)
+        if unread and len(assembly.windows) >= params.k:  # later candidates: absorbed only
+            assembly = self._windows(pool, params, measure, until_unread=False)
+        return assembly
+
+    @staticmethod
+    def _windows(pool: Pool, params: Params, measure: Measure, *, until_unread: bool) -> Assembly:
+        return assemble(
+            [*pool.hits, *absorbed(pool.beyond, pool.chunks, until_unread=until_unread)],
+            pool.chunks,
+            pool.fetched,
+            k=params.k,
+            budget=params.window_budget,
+            mode=params.mode,
+            length_function=params.length_function,
+            measure=measure,
+        )
+
+
+def relevance(
+    query: Sequence[float] | None,
+    space: Space,
+    chunks: Mapping[Position, Chunk],
+    hits: Sequence[Hit],
+    vectors: Mapping[str, Sequence[float]],
+) -> dict[str, float]:
+    """Minus the store's own distance to the query, for every chunk whose embedding came back.
+
+    The same measure the search ranked by (squared L2, cosine or inner product), so hits keep
+    the search's order and neighbours are measured on the same scale.
+    """
+    if query is None:
+        return {}
+    ids = list(dict.fromkeys([*(c.id for c in chunks.values()), *(h.chunk.id for h in hits)]))
+    ids = [chunk_id for chunk_id in ids if len(vectors.get(chunk_id, ())) > 0]
+    if not ids:
+        return {}
+    matrix = np.asarray([vectors[chunk_id] for chunk_id in ids], dtype=np.float64)
+    q = np.asarray(query, dtype=np.float64)
+    if space == "l2":
+        distances = ((matrix - q) ** 2).sum(axis=1)
+    elif space == "ip":
+        distances = 1.0 - matrix @ q
+    else:
+        norms = np.linalg.norm(matrix, axis=1) * max(float(np.linalg.norm(q)), 1e-12)
+        distances = 1.0 - matrix @ q / np.clip(norms, 1e-12, None)
+    return {chunk_id: -float(value) for chunk_id, value in zip(ids, distances, strict=True)}
