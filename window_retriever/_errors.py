@@ -13,6 +13,7 @@ words with ``error.message.render(say)``, as the command line does with its tabl
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal, TypeAlias
@@ -36,7 +37,12 @@ OptionName = Literal[
 CommandName = Literal["ingest"]
 """Every library step a message can tell the caller to run first."""
 
-_NO_VALUE: Any = object()
+
+class _NoValue(enum.Enum):
+    NO_VALUE = enum.auto()  # an enum member stays itself through pickle and copy
+
+
+_NO_VALUE: Any = _NoValue.NO_VALUE
 
 
 @dataclass(frozen=True)
