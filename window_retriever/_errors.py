@@ -126,11 +126,6 @@ class Message(str):
         return Message(*(change(p) if isinstance(p, str) else p for p in self.parts))
 
 
-def message_of(text: str) -> Message:
-    """``text`` as a :class:`Message` (a plain string is a message that names no option)."""
-    return text if isinstance(text, Message) else Message(text)
-
-
 class WindowRetrieverError(Exception):
     """Root of every error that window_retriever raises on purpose.
 
