@@ -11,17 +11,22 @@ import contextlib
 import json
 import math
 import os
-import re
 import sys
 import threading
 import time
 import traceback
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn, TextIO
+from typing import TYPE_CHECKING, Any, Final, NoReturn, TextIO
 
-from window_retriever._errors import ConfigurationError, StoreError, WindowRetrieverError
+from window_retriever._errors import (
+    Command,
+    Mention,
+    Message,
+    OptionName,
+    WindowRetrieverError,
+)
 from window_retriever._open import (
     DEFAULT_COLLECTION,
     DEFAULT_DB,
@@ -30,6 +35,7 @@ from window_retriever._open import (
     ENV_TENANT,
     ENV_TIMEOUT,
     ENV_TOKEN,
+    ENV_TOKEN_HEADER,
     ENV_URL,
 )
 from window_retriever._version import __version__
@@ -76,10 +82,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             url = getattr(args, "chroma_url", None) or os.environ.get(ENV_URL)
             error = store_failure(error, _public(url) if url else None) or error
-        message = _one_line(error)
-        if not isinstance(error, CommandError):  # CLI messages speak CLI already
-            message = _cli_words(message)
-        print(f"{PROG}: error: {message}", file=sys.stderr)
+        print(f"{PROG}: error: {_one_line(error)}", file=sys.stderr)
         return EXIT_ERROR
 
 
@@ -416,7 +419,7 @@ def _source_line(result: SourceOutcome) -> str:
     if outcome is None:
         if result.error == EMPTY:
             return f"skipped   {name}: empty (no text)"
-        return f"failed    {name}: {_cli_words(result.error or '')}"
+        return f"failed    {name}: {_said(result.error or '')}"
     detail = _count(outcome.chunks, "chunk")
     if outcome.status == "unchanged":
         detail += ", nothing embedded"
@@ -611,42 +614,43 @@ def _count(number: int, noun: str) -> str:
 # ---- helpers ----------------------------------------------------------------------------------
 
 
-# Library messages name library arguments; on the command line they are these options.
-_CLI_WORDS: tuple[tuple[str | re.Pattern[str], str], ...] = (
-    ("raise max_bytes", "raise --max-size-mb"),
-    ("in the elements of class", "after --selector"),
-    ("WindowSplitter(file_id_keys=", "--metadata with an owner key, e.g. tenant=...; or ("),
-    ("(writer_lock(..., wait=True))", "(or pass --wait)"),
-    ("use a Chroma server for", "use a Chroma server (--chroma-url) for"),
-    ("ingest into it first or name another one", f"run '{PROG} ingest' first or pass --collection"),
-    (
-        re.compile(r"no store at (.+)/; ingest into it first"),
-        rf"no store at \1/; run '{PROG} ingest ... --db \1' first",
-    ),
-    (
-        re.compile(r"^(.+) is a file, not a store directory"),
-        r"--db \1 is a file, not a store directory",
-    ),
-    ("or pass another tenant", "or pass another --chroma-tenant"),
-    ("or pass another database", "or pass another --chroma-database"),
-    ("pass tenant= and database= as arguments", "pass --chroma-tenant and --chroma-database"),
-    ("or raise timeout (", "or raise --chroma-timeout ("),
-    (re.compile(r"^timeout must be"), "--chroma-timeout must be"),
-    ("or another collection", "or pass another --collection"),
-    # open_store names the url argument `url`, and WINDOW_RETRIEVER_CHROMA_URL when the URL
-    # came from there: only a URL given as --chroma-url is --chroma-url.
-    (re.compile(r"(^|\bin |\bcheck )url\b"), r"\1--chroma-url"),
-)
+FLAGS: Final[Mapping[OptionName, str]] = {
+    "collection": "--collection",
+    "database": "--chroma-database",
+    "db": "--db",
+    "file_id_keys": "--metadata",
+    "max_bytes": "--max-size-mb",
+    "selectors": "--selector",
+    "tenant": "--chroma-tenant",
+    "timeout": "--chroma-timeout",
+    "token": ENV_TOKEN,  # kept off command lines, where other users can read it
+    "token_header": ENV_TOKEN_HEADER,
+    "url": "--chroma-url",
+    "wait": "--wait",
+}
+"""How the command line sets each option that a library message can name (a test checks all)."""
 
 
-def _cli_words(message: str) -> str:
-    """Say a library message in the command line's words."""
-    for library, cli in _CLI_WORDS:
-        if isinstance(library, str):
-            message = message.replace(library, cli)
-        else:
-            message = library.sub(cli, message)
-    return message
+def _said(message: str) -> str:
+    """A library message in the command line's words: each option it names as its flag."""
+    if not isinstance(message, Message):
+        return message
+    return message.render(_say)
+
+
+def _say(mention: Mention) -> str:
+    if isinstance(mention, Command):
+        given = " ".join(_say(option) for option in mention.options)
+        return f"run '{PROG} {mention.name}{' ... ' + given if given else ''}'"
+    flag = FLAGS[mention.name]
+    if not mention.has_value or mention.value is True:  # a switch (--wait) or the option itself
+        return flag
+    value = mention.value
+    if mention.name == "file_id_keys":  # the owner keys of the file id are --metadata keys
+        return " ".join(f"{flag} {key}=..." for key in value if key != "source")
+    if isinstance(value, list | tuple):
+        return " ".join([flag, *map(str, value)])
+    return f"{flag} {value}"
 
 
 def _check_window_arguments(args: argparse.Namespace) -> None:
@@ -728,27 +732,23 @@ def _open_for_reading(args: argparse.Namespace) -> Any:
 def _location(args: argparse.Namespace) -> tuple[Path | None, str | None]:
     from window_retriever._open import store_location
 
-    try:
-        return store_location(args.db, args.chroma_url)
-    except ConfigurationError as error:
-        raise CommandError(_cli_words(str(error))) from None
+    return store_location(args.db, args.chroma_url)
 
 
 def _store(args: argparse.Namespace, *, create: bool) -> Any:
     from window_retriever._open import open_store
 
-    try:  # open_store reads the environment itself, so that its messages name the variables
-        return open_store(
-            args.db,
-            url=args.chroma_url,
-            collection=args.collection,
-            create=create,
-            tenant=args.chroma_tenant,
-            database=args.chroma_database,
-            timeout=getattr(args, "chroma_timeout", None),
-        )
-    except (ConfigurationError, StoreError) as error:
-        raise CommandError(_cli_words(str(error))) from None
+    # open_store reads the environment itself, so that its messages name the variables; they
+    # name the arguments the flags were passed as, which main() says as the flags.
+    return open_store(
+        args.db,
+        url=args.chroma_url,
+        collection=args.collection,
+        create=create,
+        tenant=args.chroma_tenant,
+        database=args.chroma_database,
+        timeout=getattr(args, "chroma_timeout", None),
+    )
 
 
 class _Progress:
@@ -863,7 +863,8 @@ def _indent(text: str) -> str:
 
 
 def _one_line(error: BaseException) -> str:
-    text = str(error).strip().splitlines()
+    said = _said(error.message) if isinstance(error, WindowRetrieverError) else str(error)
+    text = said.strip().splitlines()
     message = text[0] if text else type(error).__name__
     if not isinstance(error, WindowRetrieverError):
         message = f"{type(error).__name__}: {message}"

@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 from langchain_core.documents import Document
 
-from window_retriever._errors import ConfigurationError, OwnershipError
+from window_retriever._errors import ConfigurationError, Message, Option, OwnershipError
 from window_retriever._ids import CHUNK_ID, CHUNK_INDEX, FILE_ID, FILE_VERSION
 from window_retriever._stores import store_errors
 
@@ -454,16 +454,17 @@ def _matches(metadata: Mapping[str, Any], expected: Mapping[str, Any]) -> bool:
 
 def _owner_message(
     file_id: str, source: Any, stored: Mapping[str, Any], owner: Mapping[str, Any]
-) -> str:
+) -> Message:
     differing = [key for key, value in owner.items() if stored.get(key) != value]
     was = ", ".join(f"{key}={stored.get(key)!r}" for key in differing)
     now = ", ".join(f"{key}={owner[key]!r}" for key in differing)
     what = f"source {source!r}" if source is not None else f"file {file_id!r}"
-    return (
+    keys = (*differing, "source")
+    return Message(
         f"{what} is stored with {was}; syncing it with {now} would replace the other "
-        f"owner's chunks, so nothing was written. Keep one file per owner with "
-        f"WindowSplitter(file_id_keys=({', '.join(repr(k) for k in differing)}, 'source')) "
-        "or delete the stored file first"
+        f"owner's chunks, so nothing was written. Keep one file per owner with ",
+        Option("file_id_keys", keys, said=f"WindowSplitter(file_id_keys={keys!r})"),
+        " or delete the stored file first",
     )
 
 

@@ -23,6 +23,7 @@ from urllib.parse import urlsplit
 
 from langchain_core.documents import Document
 
+from window_retriever._errors import Message, Option
 from window_retriever._version import __version__
 
 USER_AGENT = f"window-retriever/{__version__} (+https://pypi.org/project/window-retriever/)"
@@ -424,10 +425,13 @@ def _finish(name: str, text: str, metadata: dict[str, Any], options: LoadOptions
     if len(_CONTROL.findall(text[:100_000])) > max(8, len(text[:100_000]) // 200):
         return Loaded(name, error=BINARY)
     if not text:
-        where = (
-            f" in the elements of class {' '.join(options.selectors)}" if options.selectors else ""
+        if not options.selectors:
+            return Loaded(name, error=EMPTY)
+        classes = tuple(options.selectors)
+        said = f"class {' '.join(classes)}"
+        return Loaded(
+            name, error=Message(EMPTY, " in the elements of ", Option("selectors", classes, said))
         )
-        return Loaded(name, error=f"{EMPTY}{where}")
     return Loaded(name, Document(page_content=text, metadata=metadata))
 
 
@@ -521,8 +525,10 @@ def _charset(response: Any) -> str:
     return str(response.apparent_encoding or "utf-8")
 
 
-def _too_large(limit: int) -> str:
-    return f"larger than {limit / 1024 / 1024:g} MiB; raise max_bytes to ingest it"
+def _too_large(limit: int) -> Message:
+    return Message(
+        f"larger than {limit / 1024 / 1024:g} MiB; raise ", Option("max_bytes"), " to ingest it"
+    )
 
 
 def _web_base_loader() -> Any:
@@ -560,7 +566,7 @@ def _load_url(url: str, options: LoadOptions, session: Any, titles: dict[str, st
     except _AbandonedError:
         return Loaded(url, error=_ABANDONED)
     except _LimitError as error:
-        return Loaded(url, error=str(error))
+        return Loaded(url, error=error.args[0])  # the message itself: it names its options
     except requests.HTTPError as error:
         response = error.response
         status = (

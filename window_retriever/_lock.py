@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from window_retriever._errors import StoreError, WindowRetrieverError
+from window_retriever._errors import Option, StoreError, WindowRetrieverError
 
 LOCK_NAME = ".window-retriever.lock"
 
@@ -27,7 +27,7 @@ def writer_lock(directory: str | Path, *, wait: bool = False) -> Iterator[None]:
     """Hold the exclusive writer lock of ``directory`` (created if missing) for the block."""
     path = Path(directory)
     if path.exists() and not path.is_dir():  # as open_store words it
-        raise StoreError(f"{path} is a file, not a store directory")
+        raise StoreError(Option("db", path, said=str(path)), " is a file, not a store directory")
     try:
         path.mkdir(parents=True, exist_ok=True)
         descriptor = os.open(path / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
@@ -38,11 +38,14 @@ def writer_lock(directory: str | Path, *, wait: bool = False) -> Iterator[None]:
         try:
             fcntl.flock(descriptor, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
         except BlockingIOError:
-            msg = (
+            raise StoreLockedError(
                 f"another process is writing to the store in {path}; wait for it to finish "
-                "(writer_lock(..., wait=True)), or use a Chroma server for several writers"
-            )
-            raise StoreLockedError(msg) from None
+                "(or pass ",
+                Option("wait", True),
+                "), or use a Chroma server (",
+                Option("url", said="open_store(url=...)"),
+                ") for several writers",
+            ) from None
         yield
     finally:
         os.close(descriptor)  # closing releases the lock

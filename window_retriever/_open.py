@@ -27,7 +27,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 from urllib.parse import quote, unquote, urlsplit
 
-from window_retriever._errors import ConfigurationError, StoreError
+from window_retriever._errors import (
+    Command,
+    ConfigurationError,
+    Message,
+    Option,
+    Part,
+    StoreError,
+)
 
 if TYPE_CHECKING:
     from langchain_chroma import Chroma
@@ -109,9 +116,11 @@ def open_store(
     """
     env = os.environ if environ is None else environ
     names = _Names(
-        url="url" if url is not None else ENV_URL,
-        token="token" if token else ENV_TOKEN,
-        token_header="token_header" if token_header else ENV_TOKEN_HEADER,
+        url=Option("url") if url is not None else ENV_URL,
+        token=Option("token") if token else ENV_TOKEN,
+        token_header=Option("token_header") if token_header else ENV_TOKEN_HEADER,
+        tenant=Option("tenant") if tenant else ENV_TENANT,
+        database=Option("database") if database else ENV_DATABASE,
     )
     token = token or env.get(ENV_TOKEN) or None
     token_header = token_header or env.get(ENV_TOKEN_HEADER) or "Authorization"
@@ -131,14 +140,19 @@ def open_store(
             where = address.shown
         else:
             directory = directory or Path(DEFAULT_DB)  # (store_location never leaves both None)
-            client = _embedded_client(directory, create=create, tenant=tenant, database=database)
+            named: Part = str(directory)
+            if db is not None:  # a directory the caller gave, not the variable's or the default
+                named = Option("db", directory, said=str(directory))
+            client = _embedded_client(
+                directory, named, create=create, tenant=tenant, database=database
+            )
             where = f"{directory}/"
         return _collection(client, collection, where, embeddings=embeddings, create=create)
     except (ConfigurationError, StoreError) as error:
         if not secrets:
             raise
         # The last guard: no message names a secret, whatever a library put into it.
-        raise type(error)(_redact(str(error), secrets)) from None
+        raise type(error)(error.message.map_text(lambda text: _redact(text, secrets))) from None
 
 
 def store_location(
@@ -147,7 +161,13 @@ def store_location(
     """The store meant: ``(directory, None)`` or ``(None, url)``, from the arguments or the env."""
     env = os.environ if environ is None else environ
     if db is not None and url is not None:
-        raise ConfigurationError("pass db (a directory) or url (a Chroma server), not both")
+        raise ConfigurationError(
+            "pass ",
+            Option("db"),
+            " (a directory) or ",
+            Option("url"),
+            " (a Chroma server), not both",
+        )
     if db is None and url is None:
         url, db = env.get(ENV_URL) or None, env.get(ENV_DB) or None
         if url is not None and db is not None:
@@ -162,9 +182,11 @@ def store_location(
 class _Names:
     """Where each setting came from, as a message names it: the argument or the variable."""
 
-    url: str
-    token: str
-    token_header: str
+    url: Option | str
+    token: Option | str
+    token_header: Option | str
+    tenant: Option | str
+    database: Option | str
 
 
 @dataclass(frozen=True)
@@ -186,49 +208,56 @@ class _Address:
         return f"{self.scheme}://{self.host}:{self.port}"
 
 
-def _address(url: str, name: str) -> _Address:
+def _address(url: str, name: Option | str) -> _Address:
     """Parse a server URL; a flaw is a ConfigurationError that names ``name``, never a secret."""
     if any(char.isspace() or _is_control(char) for char in url):
-        msg = f"{name} holds a space, a line break or a control character; remove it"
-        raise ConfigurationError(msg)
+        raise ConfigurationError(
+            name, " holds a space, a line break or a control character; remove it"
+        )
     shown = _public(url)
     try:
         parts = urlsplit(url)
     except ValueError:  # an unclosed [IPv6 address]
-        raise ConfigurationError(f"{name} must look like http://HOST:PORT, got {shown!r}") from None
+        raise ConfigurationError(name, f" must look like http://HOST:PORT, got {shown!r}") from None
     if parts.scheme in ("http", "https") and "@" in parts.path + parts.query + parts.fragment:
         raise ConfigurationError(  # a '/', '?' or '#' in the password ended the host early
-            f"{name} must look like http://USER:PASSWORD@HOST:PORT, got {shown!r}; percent-encode "
-            "'/', '?', '#' and '@' in the user and the password (%2F, %3F, %23, %40)"
+            name,
+            f" must look like http://USER:PASSWORD@HOST:PORT, got {shown!r}; percent-encode "
+            "'/', '?', '#' and '@' in the user and the password (%2F, %3F, %23, %40)",
         )
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ConfigurationError(f"{name} must look like http://HOST:PORT, got {shown!r}")
+        raise ConfigurationError(name, f" must look like http://HOST:PORT, got {shown!r}")
     try:
         port = parts.port
     except ValueError:  # not a number, or above 65535
         port = 0
     if port == 0:
-        msg = f"{name} must look like http://HOST:PORT, a PORT from 1 to 65535, got {shown!r}"
-        raise ConfigurationError(msg)
+        msg = f" must look like http://HOST:PORT, a PORT from 1 to 65535, got {shown!r}"
+        raise ConfigurationError(name, msg)
     if parts.query or parts.fragment:
         raise ConfigurationError(
-            f"{name} cannot have a query ('?...') or a fragment ('#...'): nothing is read "
-            "from them; pass tenant= and database= as arguments"
+            name,
+            " cannot have a query ('?...') or a fragment ('#...'): nothing is read from them; "
+            "pass ",
+            Option("tenant", said="tenant="),
+            " and ",
+            Option("database", said="database="),
         )
     if parts.path not in ("", "/"):
-        msg = f"{name} cannot have a path, got {parts.path!r} in {shown}; give http://HOST:PORT"
-        raise ConfigurationError(msg)
+        msg = f" cannot have a path, got {parts.path!r} in {shown}; give http://HOST:PORT"
+        raise ConfigurationError(name, msg)
     user = None if parts.username is None else unquote(parts.username)
     password = None if parts.password is None else unquote(parts.password)
     if any(_is_control(char) for char in (user or "") + (password or "")):
-        msg = f"the user:password in {name} holds a control character (a line break?); remove it"
-        raise ConfigurationError(msg)
+        raise ConfigurationError(
+            "the user:password in ", name, " holds a control character (a line break?); remove it"
+        )
     host = parts.hostname
     try:
         host.encode("idna")  # how the host is looked up: labels of 1 to 63 characters
     except UnicodeError:
-        msg = f"{name} has a host name that cannot be looked up (an empty or over-long label)"
-        raise ConfigurationError(f"{msg}, got {shown!r}") from None
+        msg = " has a host name that cannot be looked up (an empty or over-long label)"
+        raise ConfigurationError(name, f"{msg}, got {shown!r}") from None
     return _Address(
         scheme=parts.scheme,
         host=f"[{host}]" if ":" in host else host,
@@ -251,8 +280,8 @@ def _headers(
     """The HTTP headers of every request: the caller's and the credentials, checked."""
     if token_header.lower() not in {name.lower() for name in TOKEN_HEADERS}:
         choices = ", ".join(TOKEN_HEADERS)
-        msg = f"{names.token_header} must be one of {choices}, got {token_header!r}"
-        raise ConfigurationError(msg)
+        msg = f" must be one of {choices}, got {token_header!r}"
+        raise ConfigurationError(names.token_header, msg)
     sent = dict(headers or {})
     for key, value in sent.items():
         flaw = _flaw(key) or _flaw(value.replace(" ", ""))  # a value may have inner spaces
@@ -260,15 +289,19 @@ def _headers(
             raise ConfigurationError(f"the header {key!r} in headers holds {flaw}; fix it")
     if address.user is not None:
         if token is not None:
-            msg = f"{names.token} and a user:password in {names.url} both give credentials; "
-            raise ConfigurationError(msg + "keep one")
+            raise ConfigurationError(
+                names.token,
+                " and a user:password in ",
+                names.url,
+                " both give credentials; keep one",
+            )
         pair = f"{address.user}:{address.password or ''}"
         sent["Authorization"] = "Basic " + base64.b64encode(pair.encode()).decode("ascii")
     elif token is not None:
         flaw = _flaw(token)
         if flaw:
-            msg = f"{names.token} holds {flaw}, which no token has; set it to the token alone"
-            raise ConfigurationError(msg)
+            msg = f" holds {flaw}, which no token has; set it to the token alone"
+            raise ConfigurationError(names.token, msg)
         is_bearer = token_header.lower() == "authorization"
         sent["Authorization" if is_bearer else "X-Chroma-Token"] = (
             f"Bearer {token}" if is_bearer else token
@@ -314,7 +347,7 @@ def _timeout(timeout: float | None, env: Mapping[str, str]) -> Any:
     """The waits for a server, as an ``httpx.Timeout``: ``timeout``, else the variable, else 30."""
     import httpx
 
-    name = "timeout"
+    name: Option | str = Option("timeout")
     if timeout is None and env.get(ENV_TIMEOUT):
         name, text = ENV_TIMEOUT, env[ENV_TIMEOUT]
         try:
@@ -330,8 +363,8 @@ def _timeout(timeout: float | None, env: Mapping[str, str]) -> Any:
         or not math.isfinite(timeout)
         or timeout <= 0
     ):
-        msg = f"{name} must be a positive number of seconds, e.g. 30, got {timeout!r}"
-        raise ConfigurationError(msg)
+        msg = f" must be a positive number of seconds, e.g. 30, got {timeout!r}"
+        raise ConfigurationError(name, msg)
     return httpx.Timeout(float(timeout), connect=min(float(timeout), CONNECT_TIMEOUT))
 
 
@@ -354,24 +387,26 @@ def _probe(
 
     where = address.shown
     tenant_path = f"/api/v2/tenants/{quote(tenant or DEFAULT_TENANT, safe='')}"
-    checks = [("/api/v2/auth/identity", "", "")]
+    checks: list[tuple[str, str, str, Option | str]] = [("/api/v2/auth/identity", "", "", "")]
     if tenant:
-        checks.append((tenant_path, "tenant", tenant))
+        checks.append((tenant_path, "tenant", tenant, names.tenant))
     if database:
-        checks.append((f"{tenant_path}/databases/{quote(database, safe='')}", "database", database))
+        path = f"{tenant_path}/databases/{quote(database, safe='')}"
+        checks.append((path, "database", database, names.database))
     try:
         with httpx.Client(base_url=address.base, headers=dict(headers), timeout=timeout) as client:
-            for path, kind, name in checks:
+            for path, kind, name, named in checks:
                 response = client.get(path)
                 if response.status_code in (401, 403):
                     raise StoreError(
                         f"the Chroma server at {where} refused the credentials "
                         f"({response.status_code} {response.reason_phrase}); check the token "
-                        f"({ENV_TOKEN}) or the user:password in {names.url}"
+                        f"({ENV_TOKEN}) or the user:password in ",
+                        names.url,
                     )
                 if response.status_code == 404 and kind:
-                    msg = f"no {kind} {name!r} at {where}; create it or pass another {kind}"
-                    raise StoreError(msg)
+                    msg = f"no {kind} {name!r} at {where}; create it or pass another "
+                    raise StoreError(msg, named)
                 if response.is_error:
                     text = " ".join(response.text.split())[:160]
                     raise StoreError(
@@ -380,30 +415,34 @@ def _probe(
                     )
     except (httpx.LocalProtocolError, UnicodeEncodeError):  # a header httpx cannot send
         msg = "a header is not valid HTTP (a line break, a control or non-ASCII character?)"
-        raise ConfigurationError(f"{msg}; check headers and {names.token}") from None
+        raise ConfigurationError(f"{msg}; check headers and ", names.token) from None
     except (httpx.InvalidURL, UnicodeError):  # a host that cannot be looked up
-        msg = f"{names.url} is not a URL HTTP can reach, got {where!r}; give http://HOST:PORT"
-        raise ConfigurationError(msg) from None
+        msg = f" is not a URL HTTP can reach, got {where!r}; give http://HOST:PORT"
+        raise ConfigurationError(names.url, msg) from None
     except httpx.TimeoutException as error:
         raise StoreError(timeout_message(f"the Chroma server at {where}", error)) from None
     except httpx.HTTPError as error:
         port = "" if address.port_given else f" on its default port {address.port}"
         raise StoreError(
             f"cannot reach the Chroma server at {where}{port} ({_brief(error)}); start one with "
-            f"'chroma run --path DIR --host 127.0.0.1 --port PORT', or check {names.url}"
+            "'chroma run --path DIR --host 127.0.0.1 --port PORT', or check ",
+            names.url,
         ) from None
 
 
 def _embedded_client(
-    directory: Path, *, create: bool, tenant: str | None, database: str | None
+    directory: Path, named: Part, *, create: bool, tenant: str | None, database: str | None
 ) -> Any:
+    """The client of the store in ``directory``, which messages name as ``named``."""
     import chromadb
     from chromadb.config import DEFAULT_DATABASE, DEFAULT_TENANT
 
     if directory.exists() and not directory.is_dir():
-        raise StoreError(f"{directory} is a file, not a store directory")
+        raise StoreError(named, " is a file, not a store directory")
     if not create and not (directory / "chroma.sqlite3").is_file():
-        raise StoreError(f"no store at {directory}/; ingest into it first")
+        given = (named,) if isinstance(named, Option) else ()
+        first = Command("ingest", given, said="ingest into it")
+        raise StoreError(f"no store at {directory}/; ", first, " first")
     try:
         return chromadb.PersistentClient(  # Chroma caches clients by the path as given:
             path=os.path.abspath(directory),  # "db" from two working directories is two stores
@@ -431,10 +470,12 @@ def _collection(
                 has = f" (it has: {', '.join(names)})" if names else " (it has none)"
             except Exception:
                 has = ""
-            msg = (
-                f"no collection {name!r} in {where}{has}; ingest into it first or name another one"
-            )
-            raise StoreError(msg) from None
+            raise StoreError(
+                f"no collection {name!r} in {where}{has}; ",
+                Command("ingest", said="ingest into it"),
+                " first or pass another ",
+                Option("collection"),
+            ) from None
         except Exception as error:
             raise StoreError(f"the Chroma store at {where} failed: {_brief(error)}") from None
     try:
@@ -526,7 +567,7 @@ def _flaw(value: str) -> str:
     return ""
 
 
-def timeout_message(named: str, error: Any) -> str:
+def timeout_message(named: str, error: Any) -> Message:
     """``named`` (the server) did not answer within the timeout that ``error`` ran out of."""
     import httpx
 
@@ -540,7 +581,8 @@ def timeout_message(named: str, error: Any) -> str:
         kind, what = "write", "did not take the request"
     seconds = waits.get(kind)
     within = f" within {seconds:g} s" if isinstance(seconds, int | float) else " in time"
-    return (
-        f"{named} {what}{within}; check that it is running and not overloaded, "
-        f"or raise timeout ({ENV_TIMEOUT})"
+    return Message(
+        f"{named} {what}{within}; check that it is running and not overloaded, or raise ",
+        Option("timeout"),
+        f" ({ENV_TIMEOUT})",
     )

@@ -18,7 +18,7 @@ from urllib.parse import quote, urlsplit
 from langchain_core.documents import Document
 from langchain_core.runnables.config import run_in_executor
 
-from window_retriever._errors import ConfigurationError, StoreError, WindowRetrieverError
+from window_retriever._errors import ConfigurationError, Option, StoreError, WindowRetrieverError
 from window_retriever._open import ENV_TOKEN, timeout_message
 
 Where = Mapping[str, Any]
@@ -589,5 +589,6 @@ def _dimension_failure(vectorstore: Any, server: str | None) -> StoreError | Non
     return StoreError(
         f"the collection {collection.name!r} at {where} holds vectors of dimension {held}, but "
         f"the embedding model gives {given}; use the model the collection was built with, "
-        "or another collection"
+        "or pass another ",
+        Option("collection"),
     )

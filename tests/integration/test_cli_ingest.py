@@ -122,7 +122,7 @@ BAD = {
     "/missing.html": "HTTP 404 Not Found",
     "/slow.html": "timed out after 1 s",
     "/paper.pdf": "not HTML (content type application/pdf)",
-    "/nav-only.html": "no text after --selector post-content post-title",
+    "/nav-only.html": "no text in the elements of --selector post-content post-title",
 }
 
 

@@ -158,7 +158,10 @@ def test_the_command_line_reads_the_server_and_token_from_the_environment(
     assert err.startswith("window-retriever: error: the Chroma server at") and "\n" not in err
     monkeypatch.setenv("WINDOW_RETRIEVER_CHROMA_TOKEN", TOKEN)
     assert main(["query", "topic2", "--collection", unique("missing")]) == 2
-    assert "run 'window-retriever ingest' first or pass --collection" in capsys.readouterr().err
+    assert (
+        "run 'window-retriever ingest' first or pass another --collection"
+        in capsys.readouterr().err
+    )
 
 
 def _write(pages: list[Document], monkeypatch: pytest.MonkeyPatch) -> Any:

@@ -268,7 +268,7 @@ def test_a_collection_of_another_dimension_on_a_server(chroma_server: str) -> No
     retriever = ContextWindowRetriever(vectorstore=store, k=2)
     expected = (
         f"the collection '{name}' at {chroma_server} holds vectors of dimension 32, but the "
-        "embedding model gives 48; use the model the collection was built with, or another "
+        "embedding model gives 48; use the model the collection was built with, or pass another "
         "collection"
     )
     for call in (lambda: retriever.invoke("topic1"), lambda: asyncio.run(retriever.ainvoke("q"))):

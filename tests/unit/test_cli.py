@@ -174,7 +174,7 @@ def test_query_of_a_missing_collection(tmp_path: Path, capsys: pytest.CaptureFix
     line = fails(["query", "q", "--db", str(db), "--collection", "other"], capsys)
     assert (
         line
-        == f"window-retriever: error: no collection 'other' in {db}/ (it has: documents); run 'window-retriever ingest' first or pass --collection"
+        == f"window-retriever: error: no collection 'other' in {db}/ (it has: documents); run 'window-retriever ingest' first or pass another --collection"
     )
 
 

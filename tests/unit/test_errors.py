@@ -131,7 +131,7 @@ def test_another_embedding_dimension_names_both_and_the_fix(tmp_path: Path) -> N
     message = (
         rf"^the collection 'dims' at {re.escape(str(tmp_path / 'db'))}/ holds vectors of "
         r"dimension 32, but the embedding model gives 48; use the model the collection was "
-        r"built with, or another collection$"
+        r"built with, or pass another collection$"
     )
     for options in ({}, {"total_budget": 900}, {"expansion": "adaptive", "total_budget": 900}):
         retriever = ContextWindowRetriever(vectorstore=store, **options)

@@ -285,7 +285,7 @@ def test_a_query_or_fragment_is_refused(url: str) -> None:
     message = refused(url=url)
     assert message == (
         "url cannot have a query ('?...') or a fragment ('#...'): nothing is read from them; "
-        "pass tenant= and database= as arguments"
+        "pass tenant= and database="
     )
 
 
