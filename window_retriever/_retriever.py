@@ -38,7 +38,6 @@ from window_retriever._ids import (
 )
 from window_retriever._stores import (
     Fetch,
-    IdSearchStore,
     Request,
     Search,
     SearchIds,
@@ -260,12 +259,10 @@ class ContextWindowRetriever(BaseRetriever):
             query, params.fetch_k, params.filter, params.where_document, embeddings=adaptive
         )
         vectors: dict[str, Sequence[float]] = {}
+        pairs = found.pairs()
         if adaptive:
-            pairs = list(zip(found.documents, found.distances, strict=True))
             for document, vector in zip(found.documents, found.embeddings, strict=True):
                 vectors[document.id or ""] = vector
-        else:
-            pairs = list(found)
         hits, chunks = self._hits(pairs)
         measure = Measure(self.length_function)
         if adaptive:
@@ -292,7 +289,7 @@ class ContextWindowRetriever(BaseRetriever):
             fetched = yield Fetch(
                 list(ids), fetch_where, params.where_document, embeddings=adaptive
             )
-            documents = list(fetched.documents if adaptive else fetched)
+            documents = list(fetched.documents)
             if adaptive:
                 for document, vector in zip(documents, fetched.embeddings, strict=True):
                     vectors[document.id or ""] = vector
@@ -338,7 +335,7 @@ class ContextWindowRetriever(BaseRetriever):
         predicate, fetch_where = _neighbour_filter(params)
         fetch_k = params.fetch_k
         typical = self._lengths.typical()
-        lean = typical is not None and isinstance(self._store, IdSearchStore)
+        lean = typical is not None and self._store.supports_search_ids
         while True:
             measure = Measure(self.length_function)
             beyond: list[Hit] = []  # lean: candidates the plan did not cover
@@ -359,7 +356,7 @@ class ContextWindowRetriever(BaseRetriever):
                 )
                 ids = {make_chunk_id(*position): position for position in wanted}
                 ids |= {hit.chunk.id: hit.chunk.position for hit in covered}  # type: ignore[misc]
-                documents = yield Fetch(list(ids), fetch_where, params.where_document)
+                documents = (yield Fetch(list(ids), fetch_where, params.where_document)).documents
                 beyond = located[len(covered) :]
                 read = self._located_hits(covered, documents, predicate)
                 if read is None:  # a hit is not where its id says: read it the usual way
@@ -370,7 +367,9 @@ class ContextWindowRetriever(BaseRetriever):
                 fetched = set(ids.values())
                 returned = len(found)
             else:
-                results = yield Search(query, fetch_k, params.filter, params.where_document)
+                results = (
+                    yield Search(query, fetch_k, params.filter, params.where_document)
+                ).pairs()
                 hits, chunks = self._hits(results)
                 fetched = set(chunks)
                 wanted = plan_fetch(
@@ -387,7 +386,9 @@ class ContextWindowRetriever(BaseRetriever):
                 missing = [position for position in wanted if position not in fetched]
                 if missing:
                     more = {make_chunk_id(*position): position for position in missing}
-                    documents = yield Fetch(list(more), fetch_where, params.where_document)
+                    documents = (
+                        yield Fetch(list(more), fetch_where, params.where_document)
+                    ).documents
                     fetched.update(missing)
                     _admit(documents, more, predicate, chunks)
                 assembly = assemble(
