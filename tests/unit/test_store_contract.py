@@ -78,8 +78,8 @@ def squared_l2(a: Any, b: Any) -> float:
 def test_search_is_best_first_with_lower_is_better_distances(store: WindowStore) -> None:
     write(store, *ANIMALS)
     found = execute(store, Search("the hawk hunts by day", k=3, embeddings=True))
-    assert [d.id for d in found.documents][0] == "b"  # the same text: distance 0
-    assert [d.metadata for d in found.documents][0] == {"tenant": "x", "n": 2}
+    best = found.documents[0]
+    assert (best.id, best.metadata) == ("b", {"tenant": "x", "n": 2})  # the same text
     assert found.distances[0] == pytest.approx(0.0, abs=1e-4)
     assert list(found.distances) == sorted(found.distances)
     assert found.space == "l2" and found.query_embedding is not None
