@@ -39,8 +39,8 @@ from langchain_core.embeddings import DeterministicFakeEmbedding
 
 from window_retriever import (
     ContextWindowRetriever,
-    Embedded,
     Fetch,
+    Found,
     WindowSplitter,
     add_chunks,
     open_store,
@@ -63,13 +63,9 @@ class Recorder(CountingStore):
         super().__init__(vectorstore)
         self.last_ids: list[str] = []
 
-    def fetch(self, request: Fetch) -> list[Document]:  # noqa: D102
+    def fetch(self, request: Fetch) -> Found:  # noqa: D102
         self.last_ids = list(request.ids)
         return super().fetch(request)
-
-    def fetch_embedded(self, request: Fetch) -> Embedded:  # noqa: D102
-        self.last_ids = list(request.ids)
-        return super().fetch_embedded(request)
 
 
 def corpus(chunks: int) -> tuple[list[Document], list[str]]:

@@ -14,6 +14,7 @@ from window_retriever._version import __version__
 
 if TYPE_CHECKING:  # what the names are; at run time each is imported on first use
     from window_retriever import citations, evaluation, ingestion, plotting
+    from window_retriever._chroma import ChromaWindowStore
     from window_retriever._embeddings import MiniLMEmbeddings, default_embeddings
     from window_retriever._errors import (
         ConfigurationError,
@@ -24,19 +25,19 @@ if TYPE_CHECKING:  # what the names are; at run time each is imported on first u
     )
     from window_retriever._ingest import add_chunks, sync_file
     from window_retriever._loaders import LoadOptions, load_file
+    from window_retriever._memory import MemoryWindowStore
     from window_retriever._open import open_store
-    from window_retriever._retriever import ContextWindowRetriever
-    from window_retriever._splitter import WindowSplitter
-    from window_retriever._stores import (
-        ChromaWindowStore,
-        Embedded,
-        EmbeddingWindowStore,
+    from window_retriever._protocol import (
+        AsyncWindowStore,
         Fetch,
-        IdSearchStore,
+        Found,
+        Record,
         Search,
         SearchIds,
         WindowStore,
     )
+    from window_retriever._retriever import ContextWindowRetriever
+    from window_retriever._splitter import WindowSplitter
     from window_retriever.citations import (
         CITATION_PROMPT,
         answer_with_sources,
@@ -48,24 +49,25 @@ if TYPE_CHECKING:  # what the names are; at run time each is imported on first u
     from window_retriever.plotting import plot_window_map
 
 _WHERE = {
+    "AsyncWindowStore": "window_retriever._protocol",
     "CITATION_PROMPT": "window_retriever.citations",
-    "ChromaWindowStore": "window_retriever._stores",
+    "ChromaWindowStore": "window_retriever._chroma",
     "ConfigurationError": "window_retriever._errors",
     "ContextWindowRetriever": "window_retriever._retriever",
-    "Embedded": "window_retriever._stores",
-    "EmbeddingWindowStore": "window_retriever._stores",
-    "Fetch": "window_retriever._stores",
-    "IdSearchStore": "window_retriever._stores",
+    "Fetch": "window_retriever._protocol",
+    "Found": "window_retriever._protocol",
     "LoadOptions": "window_retriever._loaders",
+    "MemoryWindowStore": "window_retriever._memory",
     "MiniLMEmbeddings": "window_retriever._embeddings",
     "MissingWindowMetadataError": "window_retriever._errors",
     "OwnershipError": "window_retriever._errors",
-    "Search": "window_retriever._stores",
-    "SearchIds": "window_retriever._stores",
+    "Record": "window_retriever._protocol",
+    "Search": "window_retriever._protocol",
+    "SearchIds": "window_retriever._protocol",
     "StoreError": "window_retriever._errors",
     "WindowRetrieverError": "window_retriever._errors",
     "WindowSplitter": "window_retriever._splitter",
-    "WindowStore": "window_retriever._stores",
+    "WindowStore": "window_retriever._protocol",
     "add_chunks": "window_retriever._ingest",
     "answer_with_sources": "window_retriever.citations",
     "citation_sources": "window_retriever.citations",
@@ -104,19 +106,20 @@ def __dir__() -> list[str]:
     return list(__all__)
 
 
-__all__ = [
+__all__ = [  # noqa: RUF022 - sorted as Python sorts (a test checks it), not isort's way
+    "AsyncWindowStore",
     "CITATION_PROMPT",
     "ChromaWindowStore",
     "ConfigurationError",
     "ContextWindowRetriever",
-    "Embedded",
-    "EmbeddingWindowStore",
     "Fetch",
-    "IdSearchStore",
+    "Found",
     "LoadOptions",
+    "MemoryWindowStore",
     "MiniLMEmbeddings",
     "MissingWindowMetadataError",
     "OwnershipError",
+    "Record",
     "Search",
     "SearchIds",
     "StoreError",

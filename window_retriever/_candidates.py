@@ -21,8 +21,8 @@ from typing import Any
 from window_retriever._filters import Predicate, compile_where
 from window_retriever._ids import make_chunk_id
 from window_retriever._params import Params
+from window_retriever._protocol import Fetch, Request, Search, SearchIds, Space
 from window_retriever._records import admit, placed, read_hit, read_hits, unique
-from window_retriever._stores import Fetch, Request, Search, SearchIds, Space
 from window_retriever._windows import Chunk, Hit, Measure, Position
 
 Flow = Generator[Request, Any, Any]
@@ -72,11 +72,10 @@ class VectorSearch(CandidateSource):
 
     def find(self, query: str, k: int, params: Params, *, embeddings: bool) -> Flow:
         found = yield Search(query, k, params.filter, params.where_document, embeddings=embeddings)
-        if not embeddings:
-            hits, chunks = read_hits(list(found), strict=params.strict)
-            return Pool(hits, chunks, fetched=set(chunks), returned=len(found))
-        pairs = list(zip(found.documents, found.distances, strict=True))
+        pairs = found.pairs()
         hits, chunks = read_hits(pairs, strict=params.strict)
+        if not embeddings:
+            return Pool(hits, chunks, fetched=set(chunks), returned=len(pairs))
         vectors = {
             document.id or "": vector
             for document, vector in zip(found.documents, found.embeddings, strict=True)
@@ -125,12 +124,10 @@ class Neighbours:
         ids = {make_chunk_id(*position): position for position in missing}
         found = yield Fetch(list(ids), self.where, self.where_document, embeddings=self.embeddings)
         pool.fetched.update(missing)
+        documents = list(found.documents)
         if self.embeddings:
-            documents = list(found.documents)
             for document, vector in zip(documents, found.embeddings, strict=True):
                 pool.vectors[document.id or ""] = vector
-        else:
-            documents = list(found)
         admit(documents, ids, self.predicate, pool.chunks)
         return None
 
@@ -142,7 +139,7 @@ class Neighbours:
         Return the pool, or ``None`` when a hit is not where its id says (the caller then
         searches the usual way).
         """
-        documents = yield Fetch(list(ids), self.where, self.where_document)
+        documents = (yield Fetch(list(ids), self.where, self.where_document)).documents
         by_id = {document.id: document for document in documents}
         hits: list[Hit] = []
         for hit in covered:

@@ -15,12 +15,14 @@ from langchain_core.documents import Document
 
 from window_retriever._errors import ConfigurationError, Message, Option, OwnershipError
 from window_retriever._ids import CHUNK_ID, CHUNK_INDEX, FILE_ID, FILE_VERSION
-from window_retriever._stores import store_errors
+from window_retriever._stores import Record, WindowStore, store_adapter
 
 _FALLBACK_BATCH_SIZE = 5000
+"""Records a call carries for a store with no limit of its own (``WindowStore.batch_size``)."""
 MAX_IDS_PER_CALL = 32_762
 """Chroma (SQLite) fails above this many ids in one call ("too many SQL variables"), and so
-does a ``get`` that would return more records: every read and delete is cut below it."""
+does a ``get`` that would return more records: every read, write and delete is cut below it,
+whatever the store."""
 FILE_CHUNKS = "file_chunks"
 """Metadata that :func:`sync_file` stamps on a file's first chunk, which it writes last: how
 many chunks the file has. It says the write of that version finished: with every chunk of
@@ -58,7 +60,7 @@ def add_chunks(
     Batches never exceed the client's maximum batch size (Chroma: about 5,461 records).
 
     Args:
-        vectorstore: A LangChain vector store, e.g. ``langchain_chroma.Chroma``.
+        vectorstore: A ``langchain_chroma.Chroma``, or any ``WindowStore``.
         chunks: Chunks that carry ``metadata["chunk_id"]``.
         batch_size: Records per call; default: the client's maximum.
 
@@ -70,13 +72,8 @@ def add_chunks(
             written then.
     """
     ids = _chunk_ids(chunks)
-    size = batch_size_for(vectorstore, batch_size)
-    with store_errors(vectorstore):
-        if callable(getattr(vectorstore, "get", None)):  # a store that merges metadata on upsert
-            found = _get_by_ids(vectorstore, ids)
-            pairs = zip(chunks, ids, strict=True)
-            chunks = [exactly(chunk, found.get(chunk_id)) for chunk, chunk_id in pairs]
-        store_chunks(vectorstore, chunks, size)
+    store = store_adapter(vectorstore)
+    store_chunks(store, chunks, batch_size_for(store, batch_size))
     return ids
 
 
@@ -102,9 +99,9 @@ def _chunk_ids(chunks: Sequence[Document]) -> list[str]:
     return ids
 
 
-def batch_size_for(vectorstore: Any, batch_size: int | None) -> int:
+def batch_size_for(store: WindowStore, batch_size: int | None) -> int:
     """Records a write may carry: ``batch_size``, checked, or what the store allows."""
-    size = _id_batch_size(vectorstore) if batch_size is None else batch_size
+    size = _id_batch_size(store) if batch_size is None else batch_size
     if isinstance(size, bool) or not isinstance(size, int) or size < 1:
         msg = f"batch_size must be a whole number, at least 1, got {size!r}"
         raise ConfigurationError(msg)
@@ -112,79 +109,52 @@ def batch_size_for(vectorstore: Any, batch_size: int | None) -> int:
 
 
 def store_chunks(
-    vectorstore: Any,
+    store: WindowStore,
     chunks: Sequence[Document],
     size: int,
     vectors: Sequence[Sequence[float]] | None = None,
 ) -> None:
     """Upsert ``chunks`` under their ids, ``size`` a call; embedded by the store, or ``vectors``."""
     for begin in range(0, len(chunks), size):
-        part = list(chunks[begin : begin + size])
-        ids = [chunk.metadata[CHUNK_ID] for chunk in part]
-        if vectors is None:
-            vectorstore.add_documents(part, ids=ids)
-        else:  # what langchain's Chroma.add_texts does once it has the vectors
-            vectorstore._collection.upsert(
-                ids=ids,
-                embeddings=[list(vector) for vector in vectors[begin : begin + size]],
-                metadatas=[chunk.metadata for chunk in part],
-                documents=[chunk.page_content for chunk in part],
-            )
+        part = chunks[begin : begin + size]
+        given = vectors[begin : begin + size] if vectors is not None else [None] * len(part)
+        store.upsert(
+            [
+                Record(chunk.metadata[CHUNK_ID], chunk.page_content, chunk.metadata, vector)
+                for chunk, vector in zip(part, given, strict=True)
+            ]
+        )
 
 
-def exactly(chunk: Document, stored: Mapping[str, Any] | None) -> Document:
-    """``chunk``, with ``None`` for every key its stored record has and it has not.
-
-    Chroma's upsert merges metadata: a key the new version no longer carries would stay on the
-    stored record (a removed ``public=yes`` would go on matching a filter). An upsert with the
-    key set to ``None`` removes it, in the same write as the rest of the new version.
-    """
-    gone = [key for key in stored or {} if key not in chunk.metadata]
-    if not gone:
-        return chunk
-    metadata = {**chunk.metadata, **dict.fromkeys(gone)}
-    return Document(page_content=chunk.page_content, metadata=metadata, id=chunk.id)
+def _id_batch_size(store: WindowStore) -> int:
+    """The most ids (or records) one call may carry: the store's limit, and Chroma's SQL's."""
+    return max(1, min(store.batch_size or _FALLBACK_BATCH_SIZE, MAX_IDS_PER_CALL))
 
 
-def _max_batch_size(vectorstore: Any) -> int:
-    client = getattr(vectorstore, "_client", None)
-    getter = getattr(client, "get_max_batch_size", None)
-    if callable(getter):
-        return int(getter())
-    return _FALLBACK_BATCH_SIZE
-
-
-def _id_batch_size(vectorstore: Any) -> int:
-    """The most ids (or records read) one call may carry: Chroma's SQL variables run out above."""
-    return max(1, min(_max_batch_size(vectorstore), MAX_IDS_PER_CALL))
-
-
-def _get_by_ids(vectorstore: Any, ids: Sequence[str]) -> dict[str, dict[str, Any]]:
+def _get_by_ids(store: WindowStore, ids: Sequence[str]) -> dict[str, dict[str, Any]]:
     """The stored metadata of those of ``ids`` that are stored, read in batches."""
     found: dict[str, dict[str, Any]] = {}
-    size = _id_batch_size(vectorstore)
+    size = _id_batch_size(store)
     for begin in range(0, len(ids), size):
-        page = vectorstore.get(ids=list(ids[begin : begin + size]), include=["metadatas"])
-        for chunk_id, metadata in zip(page["ids"], page["metadatas"], strict=True):
-            found[chunk_id] = metadata or {}
+        found.update(store.get_metadata(ids[begin : begin + size]))
     return found
 
 
-def _get_where(vectorstore: Any, where: Mapping[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+def _get_where(store: WindowStore, where: Mapping[str, Any]) -> list[tuple[str, dict[str, Any]]]:
     """The ids and metadata of every stored chunk that ``where`` matches, page by page."""
     found: list[tuple[str, dict[str, Any]]] = []
-    size = _id_batch_size(vectorstore)
+    size = _id_batch_size(store)
     while True:
-        page = vectorstore.get(where=where, include=["metadatas"], limit=size, offset=len(found))
-        found += [(i, m or {}) for i, m in zip(page["ids"], page["metadatas"], strict=True)]
-        if len(page["ids"]) < size:
+        page = store.list_metadata(where, limit=size, offset=len(found))
+        found += page
+        if len(page) < size:
             return found
 
 
-def _delete(vectorstore: Any, ids: Sequence[str]) -> None:
-    size = _id_batch_size(vectorstore)
+def _delete(store: WindowStore, ids: Sequence[str]) -> None:
+    size = _id_batch_size(store)
     for begin in range(0, len(ids), size):
-        vectorstore.delete(ids=list(ids[begin : begin + size]))
+        store.delete(ids[begin : begin + size])
 
 
 @dataclass(frozen=True, slots=True)
@@ -245,10 +215,10 @@ def sync_file(
     """
     if not chunks:
         return FileOutcome("unchanged", 0, 0, 0)
-    size = batch_size_for(vectorstore, batch_size)
-    with store_errors(vectorstore):
-        plan = plan_file(vectorstore, chunks, owner_keys, replace_source_copies)
-        return apply_plan(vectorstore, plan, size)
+    store = store_adapter(vectorstore)
+    size = batch_size_for(store, batch_size)
+    plan = plan_file(store, chunks, owner_keys, replace_source_copies)
+    return apply_plan(store, plan, size)
 
 
 @dataclass(frozen=True, slots=True)
@@ -274,12 +244,13 @@ class Plan:
 
 
 def plan_file(
-    vectorstore: Any,
+    vectorstore: WindowStore | Any,
     chunks: Sequence[Document],
     owner_keys: Sequence[str],
     replace_source_copies: bool,
 ) -> Plan:
     """Read what the store holds of a file and decide what syncing it writes (nothing yet)."""
+    store = store_adapter(vectorstore)
     file_ids = {chunk.metadata.get(FILE_ID) for chunk in chunks}
     versions = {chunk.metadata.get(FILE_VERSION) for chunk in chunks}
     if len(file_ids) != 1 or len(versions) != 1:
@@ -296,7 +267,7 @@ def plan_file(
     owner = {key: first.get(key) for key in owner_keys}
     mark = {FILE_ID: file_id, FILE_VERSION: version, **owner}
     origin = first.get(INGEST_ORIGIN)
-    found = _get_by_ids(vectorstore, ids)
+    found = _get_by_ids(store, ids)
     if (
         len(found) == len(ids)
         and all(_matches(metadata, mark) for metadata in found.values())
@@ -315,7 +286,7 @@ def plan_file(
         where = {"$or": [{FILE_ID: file_id}, {"source": source}]}
     stored: dict[str, dict[str, Any]] = {}
     copies: list[str] = []
-    for chunk_id, metadata in _get_where(vectorstore, where):
+    for chunk_id, metadata in _get_where(store, where):
         same_owner = all(metadata.get(key) == value for key, value in owner.items())
         if metadata.get(FILE_ID) == file_id:
             if not same_owner:
@@ -341,8 +312,8 @@ def plan_file(
     if whole:
         kept[ids[head]] = stored_head
     return Plan(
-        body=[exactly(chunks[n], stored.get(ids[n])) for n in todo],
-        head=None if whole else exactly(marked, stored_head),
+        body=[chunks[n] for n in todo],
+        head=None if whole else marked,
         stale=stale,
         chunks=len(chunks),
         existed=bool(stored or copies),
@@ -361,7 +332,7 @@ def _restamps(
 
 
 def apply_plan(
-    vectorstore: Any,
+    store: WindowStore,
     plan: Plan,
     size: int,
     vectors: Sequence[Sequence[float]] | None = None,
@@ -374,21 +345,21 @@ def apply_plan(
     """
     if vectors is None:
         if not plan.stale:
-            store_chunks(vectorstore, plan.documents(), size)
+            store_chunks(store, plan.documents(), size)
         else:
             if plan.body:
-                store_chunks(vectorstore, plan.body, size)
-            _delete(vectorstore, plan.stale)
+                store_chunks(store, plan.body, size)
+            _delete(store, plan.stale)
             if plan.head is not None:
-                store_chunks(vectorstore, [plan.head], size)
-        _restamp(vectorstore, plan)
+                store_chunks(store, [plan.head], size)
+        _restamp(store, plan)
     else:
-        write_plan(vectorstore, plan, size, [vectors])
+        write_plan(store, plan, size, [vectors])
     return outcome_of(plan)
 
 
 def write_plan(
-    vectorstore: Any,
+    store: WindowStore,
     plan: Plan,
     size: int,
     parts: Iterable[Sequence[Sequence[float]]],
@@ -412,30 +383,26 @@ def write_plan(
             head_vector = vectors.pop()  # the mark waits for the deletes
             chunks = chunks[:-1]
         if chunks:
-            store_chunks(vectorstore, chunks, size, vectors)
+            store_chunks(store, chunks, size, vectors)
             if written is not None:
                 written(len(chunks))
     if done != len(documents):
         msg = f"write_plan got vectors for {done} of the plan's {len(documents)} chunks"
         raise ValueError(msg)
     if plan.stale:
-        _delete(vectorstore, plan.stale)
+        _delete(store, plan.stale)
     if plan.head is not None and head_vector is not None:
-        store_chunks(vectorstore, [plan.head], size, [head_vector])
+        store_chunks(store, [plan.head], size, [head_vector])
         if written is not None:
             written(1)
-    _restamp(vectorstore, plan)
+    _restamp(store, plan)
 
 
-def _restamp(vectorstore: Any, plan: Plan) -> None:
+def _restamp(store: WindowStore, plan: Plan) -> None:
     """Set this run's origin on the plan's current chunks that carry another (metadata only)."""
-    update = getattr(getattr(vectorstore, "_collection", None), "update", None)
-    if not plan.restamp or not callable(update):
-        return  # a store that cannot update metadata alone keeps the old stamp
-    size = _id_batch_size(vectorstore)
+    size = _id_batch_size(store)
     for begin in range(0, len(plan.restamp), size):
-        ids = plan.restamp[begin : begin + size]
-        update(ids=ids, metadatas=[{INGEST_ORIGIN: plan.origin}] * len(ids))
+        store.update_metadata(plan.restamp[begin : begin + size], {INGEST_ORIGIN: plan.origin})
 
 
 def outcome_of(plan: Plan) -> FileOutcome:
@@ -517,9 +484,9 @@ def origins_of(
 
 def remove_file(vectorstore: Any, file_id: str) -> int:
     """Delete every stored chunk of ``file_id`` (a file now empty); return how many."""
-    with store_errors(vectorstore):
-        ids = [chunk_id for chunk_id, _ in _get_where(vectorstore, {FILE_ID: file_id})]
-        _delete(vectorstore, ids)
+    store = store_adapter(vectorstore)
+    ids = [chunk_id for chunk_id, _ in _get_where(store, {FILE_ID: file_id})]
+    _delete(store, ids)
     return len(ids)
 
 
@@ -567,27 +534,26 @@ def prune_missing(
     unlisted = [os.path.abspath(folder).rstrip(os.sep) + os.sep for folder in skip]
     seen = None if listed is None else {os.path.abspath(source) for source in listed}
     doomed: dict[str, list[str]] = {}
-    with store_errors(vectorstore):
-        page_size = max(1, min(page_size, _id_batch_size(vectorstore)))
-        offset = 0
-        while True:
-            page = vectorstore.get(include=["metadatas"], limit=page_size, offset=offset)
-            for chunk_id, metadata in zip(page["ids"], page["metadatas"], strict=True):
-                metadata = metadata or {}
-                source = metadata.get("source")
-                if not isinstance(source, str) or not source.startswith(prefix) or source in kept:
-                    continue
-                if metadata.get(INGEST_ORIGIN) != origin:
-                    continue  # not read from this copy of the directory: not this run's to remove
-                if any(metadata.get(key) != owner.get(key) for key in owner_keys):
-                    continue  # another owner's file
-                if any(source.startswith(folder) for folder in unlisted):
-                    continue  # below a folder that could not be read: not known to be gone
-                if seen is not None and source not in seen and os.path.lexists(source):
-                    continue  # appeared after this run listed the folder: not gone
-                doomed.setdefault(source, []).append(chunk_id)
-            if len(page["ids"]) < page_size:
-                break
-            offset += page_size
-        _delete(vectorstore, [chunk_id for chunk_ids in doomed.values() for chunk_id in chunk_ids])
+    store = store_adapter(vectorstore)
+    page_size = max(1, min(page_size, _id_batch_size(store)))
+    offset = 0
+    while True:
+        page = store.list_metadata(None, limit=page_size, offset=offset)
+        for chunk_id, metadata in page:
+            source = metadata.get("source")
+            if not isinstance(source, str) or not source.startswith(prefix) or source in kept:
+                continue
+            if metadata.get(INGEST_ORIGIN) != origin:
+                continue  # not read from this copy of the directory: not this run's to remove
+            if any(metadata.get(key) != owner.get(key) for key in owner_keys):
+                continue  # another owner's file
+            if any(source.startswith(folder) for folder in unlisted):
+                continue  # below a folder that could not be read: not known to be gone
+            if seen is not None and source not in seen and os.path.lexists(source):
+                continue  # appeared after this run listed the folder: not gone
+            doomed.setdefault(source, []).append(chunk_id)
+        if len(page) < page_size:
+            break
+        offset += page_size
+    _delete(store, [chunk_id for chunk_ids in doomed.values() for chunk_id in chunk_ids])
     return [Pruned(source, len(chunk_ids)) for source, chunk_ids in sorted(doomed.items())]

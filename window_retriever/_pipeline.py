@@ -36,7 +36,7 @@ from window_retriever._ingest import (
 )
 from window_retriever._loaders import LoadOptions, load_sources
 from window_retriever._splitter import WindowSplitter
-from window_retriever._stores import store_errors
+from window_retriever._stores import WindowStore, store_adapter
 
 _T = TypeVar("_T")
 
@@ -81,8 +81,9 @@ def ingest_sources(
     changed, the chunks of all the sources that are ready in one call (full batches across
     small pages). A writer thread writes each source whole, in order, while the next ones
     embed (the sources waiting for it together, in one upsert). Two sources of the same file
-    or ``source`` are never in flight together. A store other than LangChain's Chroma is
-    synced source by source with :func:`sync_file` (loading still runs ahead).
+    or ``source`` are never in flight together. A store without a model of its own to embed
+    with (``WindowStore.embeddings`` is ``None``) is synced source by source with
+    :func:`sync_file` (loading still runs ahead).
 
     A source that cannot be loaded, or whose chunks may not be written (another owner's
     file), is yielded with its error and the others go on; any other error is raised in its
@@ -94,30 +95,30 @@ def ingest_sources(
     :func:`origins_of`) on the chunks of those sources, which :func:`prune_missing` may
     later remove. ``progress`` is told of the chunks planned and written, as they are.
     """
+    store = store_adapter(vectorstore)
     ahead = Ahead(split_sources(sources, splitter, options, metadata, origins), AHEAD)
     try:
-        with store_errors(vectorstore):
-            embeddings = writes_vectors(vectorstore)
-            if embeddings is None:
-                for name, chunks, error in ahead:
-                    outcome = _sync_source(vectorstore, name, chunks, error)
-                    if progress is not None and outcome.outcome is not None:
-                        progress.planned(outcome.outcome.written)
-                        progress.written(outcome.outcome.written)
-                    yield outcome
-            else:
-                yield from pipelined(vectorstore, embeddings, ahead, progress)
+        embeddings = store.embeddings
+        if embeddings is None:
+            for name, chunks, error in ahead:
+                outcome = _sync_source(store, name, chunks, error)
+                if progress is not None and outcome.outcome is not None:
+                    progress.planned(outcome.outcome.written)
+                    progress.written(outcome.outcome.written)
+                yield outcome
+        else:
+            yield from pipelined(store, embeddings, ahead, progress)
     finally:
         ahead.close()
 
 
 def _sync_source(
-    vectorstore: Any, name: str, chunks: list[Document] | None, error: str | None
+    store: WindowStore, name: str, chunks: list[Document] | None, error: str | None
 ) -> SourceOutcome:
     if chunks is None:
         return SourceOutcome(name, error=error)
     try:
-        outcome = sync_file(vectorstore, chunks, replace_source_copies=True)
+        outcome = sync_file(store, chunks, replace_source_copies=True)
     except OwnershipError as failure:
         return SourceOutcome(name, error=str(failure))
     return SourceOutcome(name, outcome=outcome)
@@ -148,15 +149,6 @@ def split_sources(
         yield loaded.name, chunks, None
 
 
-def writes_vectors(vectorstore: Any) -> Any:
-    """The store's embeddings when it can take vectors directly (LangChain's Chroma), or None."""
-    embeddings = getattr(vectorstore, "embeddings", None)
-    collection = getattr(vectorstore, "_collection", None)
-    if embeddings is None or not callable(getattr(collection, "upsert", None)):
-        return None
-    return embeddings
-
-
 class IngestProgress(Protocol):
     """Told how ingestion advances, chunk by chunk (from any of the ingest threads)."""
 
@@ -168,14 +160,15 @@ class IngestProgress(Protocol):
 
 
 def pipelined(
-    vectorstore: Any,
+    vectorstore: WindowStore | Any,
     embeddings: Any,
     ahead: Ahead[Split],
     progress: IngestProgress | None = None,
 ) -> Iterator[SourceOutcome]:
     """Plan here, embed on an embedding thread, write on a writer thread; outcomes in order."""
-    size = batch_size_for(vectorstore, None)
-    writer = Writer(vectorstore, size, progress)
+    store = store_adapter(vectorstore)
+    size = batch_size_for(store, None)
+    writer = Writer(store, size, progress)
     outcomes: deque[Future[SourceOutcome]] = deque()
     group: list[tuple[Future[SourceOutcome], str, Plan]] = []
     in_flight: list[tuple[frozenset[Any], Future[SourceOutcome]]] = []
@@ -222,7 +215,7 @@ def pipelined(
                     for job in waits:
                         settle(job)
                 try:
-                    plan = plan_file(vectorstore, chunks, OWNER_KEYS, replace_source_copies=True)
+                    plan = plan_file(store, chunks, OWNER_KEYS, replace_source_copies=True)
                 except OwnershipError as failure:
                     future.set_result(SourceOutcome(name, error=str(failure)))
                 except Exception as failure:  # raised in its place, after the sources before
@@ -236,7 +229,7 @@ def pipelined(
                         in_flight.append((keys, future))
                     else:
                         future.set_result(
-                            SourceOutcome(name, outcome=apply_plan(vectorstore, plan, size))
+                            SourceOutcome(name, outcome=apply_plan(store, plan, size))
                         )
             if group and (
                 sum(len(plan.documents()) for _, _, plan in group) >= GROUP or not ahead.ready()
@@ -325,8 +318,10 @@ class Writer:
     when the ingest is stopped.
     """
 
-    def __init__(self, vectorstore: Any, size: int, progress: IngestProgress | None = None) -> None:
-        self._vectorstore = vectorstore
+    def __init__(
+        self, store: WindowStore | Any, size: int, progress: IngestProgress | None = None
+    ) -> None:
+        self._store = store_adapter(store)
         self._size = size
         self._progress = progress
         self._queue: queue.Queue[Write | None] = queue.Queue(maxsize=WRITES_AHEAD)
@@ -379,7 +374,7 @@ class Writer:
                 yield piece.result()
 
         try:
-            write_plan(self._vectorstore, write.plan, self._size, parts(), self._written)
+            write_plan(self._store, write.plan, self._size, parts(), self._written)
         except _StoppedError as error:
             write.future.set_exception(error)
         except BaseException as error:  # handed to the caller, in this source's place
@@ -399,7 +394,7 @@ class Writer:
             if ready:
                 chunks = [c for write, _ in ready for c in write.plan.documents()]
                 vectors = [v for _, vs in ready for v in vs]
-                store_chunks(self._vectorstore, chunks, self._size, vectors)
+                store_chunks(self._store, chunks, self._size, vectors)
                 self._written(len(chunks))
         except BaseException as error:  # handed to the caller, in these sources' places
             self._fail(error, [write for write, _ in ready])

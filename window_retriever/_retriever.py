@@ -25,14 +25,8 @@ from window_retriever._adaptive import DEFAULT_COHERENCE
 from window_retriever._candidates import TypicalLength, VectorSearch
 from window_retriever._errors import ConfigurationError
 from window_retriever._params import OVERRIDABLE, Expansion, Params, describe, resolve
-from window_retriever._stores import (
-    IdSearchStore,
-    Request,
-    WindowStore,
-    aexecute,
-    execute,
-    store_adapter,
-)
+from window_retriever._protocol import Request, WindowStore, aexecute, execute
+from window_retriever._stores import store_adapter
 from window_retriever._strategies import strategy_for
 from window_retriever._windows import DEFAULT_WINDOW_BUDGET, Mode
 
@@ -188,7 +182,7 @@ class ContextWindowRetriever(BaseRetriever):
         if not isinstance(query, str):
             msg = f"the query must be a string, got {type(query).__name__}"
             raise ConfigurationError(msg)
-        source = VectorSearch(locates=isinstance(store, IdSearchStore))
+        source = VectorSearch(locates=store.supports_search_ids)
         documents: list[Document] = yield from strategy_for(params, self._lengths).run(
             query, params, source
         )

@@ -30,8 +30,8 @@ from window_retriever._candidates import (
 )
 from window_retriever._ids import make_chunk_id
 from window_retriever._params import Params
+from window_retriever._protocol import Space
 from window_retriever._records import to_document
-from window_retriever._stores import Space
 from window_retriever._windows import (
     Assembly,
     Chunk,

@@ -33,6 +33,7 @@ from window_retriever._ingest import (
 from window_retriever._loaders import EMPTY, GONE, LoadOptions, expand, is_url
 from window_retriever._pipeline import IngestProgress, SourceOutcome, ingest_sources
 from window_retriever._splitter import WindowSplitter
+from window_retriever._stores import store_adapter
 
 __all__ = [
     "OWNER_KEYS",
@@ -139,7 +140,8 @@ def ingest(
     are never removed. ``keep_missing`` prunes nothing.
 
     Args:
-        vectorstore: A LangChain vector store (``open_store(...)``, LangChain's Chroma).
+        vectorstore: A ``langchain_chroma.Chroma`` (``open_store(...)``), or any
+            ``WindowStore`` (``MemoryWindowStore`` in tests).
         sources: URLs, files and directories.
         splitter: The text splitter (default: 400 characters with 40 of overlap).
         metadata: Stamped on every chunk, e.g. ``{"tenant": "acme"}``.
@@ -156,6 +158,7 @@ def ingest(
     Raises:
         ConfigurationError: An empty source, an empty ``origin``, or a reserved metadata key.
     """
+    store = store_adapter(vectorstore)
     if origin is not None and not origin.strip():
         msg = "origin must be a name, e.g. origin='build-server-docs', or None"
         raise ConfigurationError(msg)
@@ -189,7 +192,7 @@ def ingest(
         report(Repeated(path, first))
     present: set[str] = set()
     outcomes = ingest_sources(
-        vectorstore,
+        store,
         specs,
         splitter=window_splitter,
         options=options or LoadOptions(),
@@ -208,7 +211,7 @@ def ingest(
                 if result.name in named:  # emptied since: its old text must not answer
                     source = os.path.abspath(result.name)
                     file_id = make_file_id({**metadata, "source": source}, ("source", *owners))
-                    chunks = remove_file(vectorstore, file_id)
+                    chunks = remove_file(store, file_id)
                     if chunks:
                         emptied.append(Pruned(source, chunks))
             else:
@@ -228,7 +231,7 @@ def ingest(
         owner = {key: metadata[key] for key in owners}
         for directory in directories:
             pruned = prune_missing(
-                vectorstore,
+                store,
                 directory,
                 present,
                 origin=origin,

@@ -89,11 +89,11 @@ async def test_the_chroma_adapters_async_calls_leave_the_loop_free(
     pause, results = await longest_pause(
         adapter.asearch(Search("lighthouse keeper", k=2)),
         adapter.asearch_ids(SearchIds("lighthouse keeper", k=2)),
-        adapter.asearch_embedded(Search("lighthouse keeper", k=2, embeddings=True)),
+        adapter.asearch(Search("lighthouse keeper", k=2, embeddings=True)),
         adapter.afetch(Fetch(ids)),
-        adapter.afetch_embedded(Fetch(ids, embeddings=True)),
+        adapter.afetch(Fetch(ids, embeddings=True)),
     )
-    assert all(results)  # each call really reached the store
+    assert all(r.documents if hasattr(r, "documents") else r for r in results)  # all reached it
     assert pause < MOST_PAUSE
 
 

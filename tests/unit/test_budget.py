@@ -18,8 +18,10 @@ from window_retriever import (
     ConfigurationError,
     ContextWindowRetriever,
     Fetch,
+    Found,
     Search,
     WindowSplitter,
+    WindowStore,
     add_chunks,
 )
 
@@ -284,17 +286,18 @@ def test_bad_budget_arguments_are_named(
         retriever.invoke("pottery", **arguments)
 
 
-class SearchAndFetchOnly:
+class SearchAndFetchOnly(WindowStore):
     """A custom store with no embeddings to give: static works, adaptive says why not."""
 
     def __init__(self, store: Chroma) -> None:
         self.store = store
 
-    def search(self, request: Search) -> list[tuple[Document, float]]:
-        return self.store.similarity_search_with_score(request.query, k=request.k)
+    def search(self, request: Search) -> Found:
+        pairs = self.store.similarity_search_with_score(request.query, k=request.k)
+        return Found([d for d, _ in pairs], [s for _, s in pairs])
 
-    def fetch(self, request: Fetch) -> list[Document]:
-        return self.store.get_by_ids(list(request.ids))
+    def fetch(self, request: Fetch) -> Found:
+        return Found(self.store.get_by_ids(list(request.ids)))
 
 
 def test_a_store_without_embeddings_serves_static_and_names_the_fix_for_adaptive(
@@ -306,7 +309,9 @@ def test_a_store_without_embeddings_serves_static_and_names_the_fix_for_adaptive
     docs = static.invoke("camping")
     assert docs and sum(len(d.page_content) for d in docs) <= 500
     adaptive = ContextWindowRetriever(vectorstore=custom, total_budget=500)
-    with pytest.raises(ConfigurationError, match=r"SearchAndFetchOnly has no search_embedded"):
+    with pytest.raises(
+        ConfigurationError, match=r"SearchAndFetchOnly does not \(supports_embeddings"
+    ):
         adaptive.invoke("camping")
 
 
@@ -385,19 +390,22 @@ def test_hits_without_ids_or_metadata_stay_apart_and_duplicates_count_once(
 ) -> None:
     store, chunks = conversations
 
-    class Bare:
-        def search(self, request: Search) -> list[tuple[Document, float]]:
+    class Bare(WindowStore):
+        def search(self, request: Search) -> Found:
             twice = chunks[4]
-            return [
-                (Document(page_content="first answer"), 0.1),
-                (Document(page_content="second, different answer"), 0.2),
-                (twice, 0.25),
-                (twice, 0.25),
-                (Document(page_content="third"), 0.3),
-            ]
+            return Found(
+                [
+                    Document(page_content="first answer"),
+                    Document(page_content="second, different answer"),
+                    twice,
+                    twice,
+                    Document(page_content="third"),
+                ],
+                [0.1, 0.2, 0.25, 0.25, 0.3],
+            )
 
-        def fetch(self, request: Fetch) -> list[Document]:
-            return store.get_by_ids(list(request.ids))
+        def fetch(self, request: Fetch) -> Found:
+            return Found(store.get_by_ids(list(request.ids)))
 
     for arguments in ({"k": 4}, {"k": 4, "total_budget": 2000, "expansion": "static"}):
         docs = ContextWindowRetriever(vectorstore=Bare(), **arguments).invoke("q")

@@ -18,7 +18,7 @@ from langchain_core.embeddings import DeterministicFakeEmbedding
 from langchain_text_splitters import RecursiveCharacterTextSplitter
 from pydantic import Field
 
-from window_retriever import LoadOptions, WindowSplitter
+from window_retriever import LoadOptions, MemoryWindowStore, WindowSplitter
 from window_retriever import _pipeline as pipeline
 from window_retriever._ingest import FILE_CHUNKS
 from window_retriever._pipeline import ingest_sources
@@ -233,30 +233,26 @@ def test_an_interrupt_finishes_the_page_being_written_and_starts_no_other(
     assert assert_whole_or_absent(store, pages) == {"p0"}
 
 
-def test_a_store_without_a_collection_is_synced_page_by_page(store: Chroma, tmp_path: Path) -> None:
-    class Plain:
-        """A vector store with the LangChain methods only."""
+def test_a_store_that_embeds_itself_is_synced_page_by_page(tmp_path: Path) -> None:
+    model = Embeddings(size=16)
 
-        def __init__(self, inner: Chroma) -> None:
-            self.inner = inner
+    class SelfEmbedding(MemoryWindowStore):
+        """A store that embeds what it is given: ingestion hands it texts, not vectors."""
 
-        def get(self, **kwargs: Any) -> Any:
-            return self.inner.get(**kwargs)
+        @property
+        def embeddings(self) -> None:  # type: ignore[override]
+            return None
 
-        def add_documents(self, documents: list[Document], **kwargs: Any) -> Any:
-            return self.inner.add_documents(documents, **kwargs)
-
-        def delete(self, ids: list[str]) -> None:
-            self.inner.delete(ids=ids)
-
+    store = SelfEmbedding(model)
     for i in range(3):
         (tmp_path / f"{i}.txt").write_text(f"Note {i} about owls. " * 10, encoding="utf-8")
     sources = sorted(str(p) for p in tmp_path.glob("*.txt"))
-    outcomes = list(ingest_sources(Plain(store), sources, splitter=SPLITTER, options=LoadOptions()))
+    outcomes = list(ingest_sources(store, sources, splitter=SPLITTER, options=LoadOptions()))
     assert [o.outcome.status for o in outcomes] == ["added"] * 3
-    # add_documents embeds, one page a call (its first chunk last, nothing to delete)
-    assert store.embeddings.calls == [o.outcome.chunks for o in outcomes]
-    assert len(files(store)) == 3
+    # the store embeds, one page a call (its first chunk last, nothing to delete)
+    assert model.calls == [o.outcome.chunks for o in outcomes]
+    listed = store.list_metadata(None, limit=1000)
+    assert len({m["source"] for _, m in listed}) == 3
 
 
 def test_a_shrunk_page_among_small_ones_loses_its_tail(store: Chroma) -> None:

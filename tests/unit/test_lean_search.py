@@ -73,17 +73,17 @@ def test_a_store_with_other_ids_is_searched_the_usual_way(
 def test_counting_store_searches_ids_even_around_a_store_without_them(
     conversations: Chroma,
 ) -> None:
-    from window_retriever import ChromaWindowStore, Fetch, Search
+    from window_retriever import ChromaWindowStore, Fetch, Found, Search, WindowStore
     from window_retriever.evaluation import CountingStore
 
-    class Minimal:  # a WindowStore with the two required methods only
+    class Minimal(WindowStore):  # a WindowStore with the two required methods only
         def __init__(self) -> None:
             self.inner = ChromaWindowStore(conversations)
 
-        def search(self, request: Search) -> list[tuple[Document, float]]:
+        def search(self, request: Search) -> Found:
             return self.inner.search(request)
 
-        def fetch(self, request: Fetch) -> list[Document]:
+        def fetch(self, request: Fetch) -> Found:
             return self.inner.fetch(request)
 
     counting = CountingStore(Minimal())

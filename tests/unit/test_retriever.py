@@ -17,9 +17,11 @@ from window_retriever import (
     ConfigurationError,
     ContextWindowRetriever,
     Fetch,
+    Found,
     MissingWindowMetadataError,
     Search,
     WindowSplitter,
+    WindowStore,
     add_chunks,
 )
 
@@ -144,7 +146,7 @@ def test_short_neighbours_cost_one_more_fetch_and_the_window_still_fills(
     assert doc.page_content == text[doc.metadata["start_index"] : doc.metadata["end_index"]]
 
 
-class TwoHits:
+class TwoHits(WindowStore):
     """A custom WindowStore: the search always finds gamma's chunks 5 and 7, the fetch is
     Chroma's own. It proves a store of one's own works end to end."""
 
@@ -152,11 +154,12 @@ class TwoHits:
         self.store = store
         self.hits = [(chunk(chunks, "gamma", 5), 0.1), (chunk(chunks, "gamma", 7), 0.3)]
 
-    def search(self, request: Search) -> list[tuple[Document, float]]:
-        return self.hits[: request.k]
+    def search(self, request: Search) -> Found:
+        hits = self.hits[: request.k]
+        return Found([d for d, _ in hits], [s for _, s in hits])
 
-    def fetch(self, request: Fetch) -> list[Document]:
-        return self.store.get_by_ids(list(request.ids))
+    def fetch(self, request: Fetch) -> Found:
+        return Found(self.store.get_by_ids(list(request.ids)))
 
 
 def test_adjacent_hits_merge_into_one_document_with_the_best_score(
@@ -372,16 +375,17 @@ async def test_async_never_holds_the_event_loop_for_a_store_call(
 
     store, chunks = corpus
 
-    class SlowStore:
+    class SlowStore(WindowStore):
         """A blocking store: every call sleeps 0.2 s, as a slow network would."""
 
-        def search(self, request: Search) -> list[tuple[Document, float]]:
+        def search(self, request: Search) -> Found:
             time.sleep(0.2)
-            return store.similarity_search_with_score(request.query, k=request.k)
+            pairs = store.similarity_search_with_score(request.query, k=request.k)
+            return Found([d for d, _ in pairs], [s for _, s in pairs])
 
-        def fetch(self, request: Fetch) -> list[Document]:
+        def fetch(self, request: Fetch) -> Found:
             time.sleep(0.2)
-            return store.get_by_ids(list(request.ids))
+            return Found(store.get_by_ids(list(request.ids)))
 
     retriever = ContextWindowRetriever(vectorstore=SlowStore(), k=2, window_budget=400)
     beats: list[float] = []

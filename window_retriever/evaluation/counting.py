@@ -2,27 +2,32 @@
 
 from __future__ import annotations
 
-from typing import Any
-
-from langchain_core.documents import Document
+from typing import Any, ClassVar
 
 from window_retriever._stores import (
-    Embedded,
     Fetch,
-    IdSearchStore,
+    Found,
+    IdHits,
     Search,
     SearchIds,
+    WindowStore,
     execute,
     store_adapter,
 )
 
 
-class CountingStore:
+class CountingStore(WindowStore):
     """A ``WindowStore`` that counts the calls it passes on to the store it wraps.
 
     Wraps a ``langchain_chroma.Chroma`` (or any ``WindowStore``) through the public adapter,
     so nothing private is patched; ``calls`` is the number of searches and fetches so far.
+    It always offers the lean search: around a store without one, it runs a full search and
+    keeps the ids (one call either way).
     """
+
+    supports_search_ids: ClassVar[bool] = True
+    supports_embeddings: ClassVar[bool] = True
+    """As the wrapped store: a request it cannot answer is refused by it, by name."""
 
     def __init__(self, vectorstore: Any) -> None:
         self.store = store_adapter(vectorstore)
@@ -32,30 +37,22 @@ class CountingStore:
         """The calls so far."""
         return self.calls
 
-    def search(self, request: Search) -> list[tuple[Document, float]]:
+    def search(self, request: Search) -> Found:
         """Count, then search."""
         self.calls += 1
-        return list(execute(self.store, request))
+        return execute(self.store, request)
 
-    def fetch(self, request: Fetch) -> list[Document]:
+    def fetch(self, request: Fetch) -> Found:
         """Count, then fetch."""
         self.calls += 1
-        return list(execute(self.store, request))
+        return execute(self.store, request)
 
-    def search_ids(self, request: SearchIds) -> list[tuple[str, float]]:
+    def search_ids(self, request: SearchIds) -> IdHits:
         """Count, then search for ids and distances (a full search where the store has none)."""
         self.calls += 1
-        if isinstance(self.store, IdSearchStore):
-            return list(execute(self.store, request))
+        if self.store.supports_search_ids:
+            return execute(self.store, request)
         full = Search(request.query, request.k, request.where, request.where_document)
-        return [(document.id or "", distance) for document, distance in execute(self.store, full)]
-
-    def search_embedded(self, request: Search) -> Embedded:
-        """Count, then search with embeddings (a store without them says so)."""
-        self.calls += 1
-        return execute(self.store, request)  # type: ignore[no-any-return]
-
-    def fetch_embedded(self, request: Fetch) -> Embedded:
-        """Count, then fetch with embeddings."""
-        self.calls += 1
-        return execute(self.store, request)  # type: ignore[no-any-return]
+        return [
+            (document.id or "", distance) for document, distance in self.store.search(full).pairs()
+        ]

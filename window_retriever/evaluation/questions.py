@@ -15,7 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from window_retriever._errors import ConfigurationError
 from window_retriever._ids import FILE_ID
+from window_retriever._stores import WindowStore, store_adapter
 
 Span = tuple[int, int]
 """A character range ``[start, end)`` in a source text."""
@@ -111,20 +113,24 @@ def resolve_sources(
     ``cwd`` (default: the current directory), as ``ingest`` does, when that absolute path is a
     stored source. Any other unknown source gets one warning naming the closest stored source.
     Questions with a ``file_id`` are left as they are; so is every question when the store
-    cannot be listed (it has no ``get``, as ``langchain_chroma.Chroma`` has).
+    cannot be listed (neither a ``langchain_chroma.Chroma`` nor a ``WindowStore``).
     """
     named = sorted({q.source for q in questions if q.source is not None and q.file_id is None})
-    if not named or not callable(getattr(vectorstore, "get", None)):
+    try:
+        store = store_adapter(vectorstore)
+    except ConfigurationError:
         return list(questions), []
-    missing = [source for source in named if not _stored(vectorstore, source)]
+    if not named:
+        return list(questions), []
+    missing = [source for source in named if not _stored(store, source)]
     resolved: dict[str, str] = {}
     for source in missing:
         if "://" not in source and not os.path.isabs(source):
             absolute = os.path.abspath(os.path.join(cwd or os.getcwd(), source))
-            if _stored(vectorstore, absolute):
+            if _stored(store, absolute):
                 resolved[source] = absolute
     unknown = {source for source in missing if source not in resolved}
-    stored = _stored_sources(vectorstore) if unknown else []
+    stored = _stored_sources(store) if unknown else []
     out: list[Question] = []
     warnings: list[str] = []
     for question in questions:
@@ -145,19 +151,17 @@ def resolve_sources(
     return out, warnings
 
 
-def _stored(vectorstore: Any, source: str) -> bool:
-    found = vectorstore.get(where={"source": source}, limit=1, include=["metadatas"])
-    return bool(found.get("ids"))
+def _stored(store: WindowStore, source: str) -> bool:
+    return bool(store.list_metadata({"source": source}, limit=1))
 
 
-def _stored_sources(vectorstore: Any, page: int = 5000) -> list[str]:
+def _stored_sources(store: WindowStore, page: int = 5000) -> list[str]:
     """Every stored source, read from each file's first chunk (``chunk_index`` 0)."""
     sources: set[str] = set()
     for where in ({"chunk_index": 0}, None):  # chunks not from WindowSplitter have no index
         offset = 0
         while True:
-            found = vectorstore.get(where=where, limit=page, offset=offset, include=["metadatas"])
-            metadatas = found.get("metadatas") or []
+            metadatas = [m for _, m in store.list_metadata(where, limit=page, offset=offset)]
             sources.update(str(meta["source"]) for meta in metadatas if meta and meta.get("source"))
             if len(metadatas) < page:
                 break

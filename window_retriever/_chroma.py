@@ -1,0 +1,391 @@
+"""The Chroma adapter: the only module that speaks to chromadb and langchain-chroma directly.
+
+:class:`ChromaWindowStore` implements the store protocol (``window_retriever._protocol``) for
+a ``langchain_chroma.Chroma``, embedded or client/server, reads and writes; every call runs
+inside :func:`~window_retriever._chroma_errors.store_errors`, so a failure is one clear
+``StoreError``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import weakref
+from collections.abc import AsyncIterator, Mapping, Sequence
+from typing import Any, ClassVar, Literal
+from urllib.parse import quote
+
+from langchain_core.documents import Document
+from langchain_core.embeddings import Embeddings
+
+from window_retriever._chroma_errors import store_errors
+from window_retriever._errors import ConfigurationError
+from window_retriever._protocol import (
+    AsyncWindowStore,
+    Fetch,
+    Found,
+    IdHits,
+    Record,
+    Search,
+    SearchIds,
+    Space,
+    Where,
+    WindowStore,
+    in_thread,
+)
+
+
+class ChromaWindowStore(WindowStore, AsyncWindowStore):
+    """The store protocol for ``langchain_chroma.Chroma`` (embedded or client/server).
+
+    On a Chroma server the async methods speak async HTTP (same address, headers, tenant and
+    database as the store's own client), so many concurrent ``ainvoke`` calls wait on the
+    network without a thread each; on an embedded store they run the sync call in a thread.
+    Chroma's upsert merges metadata, so :meth:`upsert` reads the stored keys first and removes
+    those the new record lacks (rule 6).
+    """
+
+    supports_search_ids: ClassVar[bool] = True
+    supports_embeddings: ClassVar[bool] = True
+
+    def __init__(self, vectorstore: Any) -> None:
+        self.vectorstore = vectorstore
+        self._async_server: _AsyncServer | Literal[False] | None = None
+
+    # ---- reads -----------------------------------------------------------------------------
+
+    def search(self, request: Search) -> Found:
+        """Embed the query with the store's model and query the collection by that vector."""
+        vector = self._query_vector(request.query)
+        with store_errors(self.vectorstore):
+            result = self.vectorstore._collection.query(**_query_arguments(request, vector))
+        return _hits(result, vector, self.space(), request.embeddings)
+
+    def fetch(self, request: Fetch) -> Found:
+        """Get chunks by id in one call, filtered by Chroma (``where``, ``where_document``)."""
+        if not request.ids:
+            return Found(documents=[], space=self.space())
+        with store_errors(self.vectorstore):
+            result = self.vectorstore._collection.get(**_get_arguments(request))
+        return _chunks(result, request.embeddings, self.space())
+
+    def search_ids(self, request: SearchIds) -> IdHits:
+        """Search by the query's vector for ids and distances only."""
+        vector = self._query_vector(request.query)
+        with store_errors(self.vectorstore):
+            result = self.vectorstore._collection.query(**_ids_query_arguments(request, vector))
+        return list(zip(result["ids"][0], map(float, result["distances"][0]), strict=True))
+
+    def space(self) -> Space:
+        """The collection's distance space, as Chroma configures it (``"l2"`` by default)."""
+        try:
+            configuration = self.vectorstore._collection.configuration
+            for index in ("hnsw", "spann"):
+                found = (configuration.get(index) or {}).get("space")
+                if found in ("l2", "cosine", "ip"):
+                    return found  # type: ignore[no-any-return]
+        except Exception:  # noqa: S110 - an older Chroma: fall back to its default
+            pass
+        return "l2"
+
+    # ---- async reads -----------------------------------------------------------------------
+
+    async def asearch(self, request: Search) -> Found:
+        """``search`` over async HTTP on a server; in a thread otherwise."""
+        server = self._server()
+        if server is None:
+            return await in_thread(self.search, request)
+        vector = list(await self._embedder().aembed_query(request.query))
+        result = await server.call("query", _query_arguments(request, vector))
+        return _hits(result, vector, self.space(), request.embeddings)
+
+    async def afetch(self, request: Fetch) -> Found:
+        """``fetch`` over async HTTP on a server; in a thread otherwise."""
+        server = self._server()
+        if server is None:
+            return await in_thread(self.fetch, request)
+        if not request.ids:
+            return Found(documents=[], space=self.space())
+        result = await server.call("get", _get_arguments(request))
+        return _chunks(result, request.embeddings, self.space())
+
+    async def asearch_ids(self, request: SearchIds) -> IdHits:
+        """``search_ids`` over async HTTP on a server; in a thread otherwise."""
+        server = self._server()
+        if server is None:
+            return await in_thread(self.search_ids, request)
+        vector = await self._embedder().aembed_query(request.query)
+        result = await server.call("query", _ids_query_arguments(request, vector))
+        return list(zip(result["ids"][0], map(float, result["distances"][0]), strict=True))
+
+    # ---- writes ----------------------------------------------------------------------------
+
+    @property
+    def embeddings(self) -> Embeddings | None:
+        """The store's ``embedding_function``."""
+        found = getattr(self.vectorstore, "embeddings", None)
+        return found if isinstance(found, Embeddings) else None
+
+    @property
+    def batch_size(self) -> int | None:
+        """The client's maximum batch size (about 5,461 records), when it says one."""
+        getter = getattr(getattr(self.vectorstore, "_client", None), "get_max_batch_size", None)
+        return int(getter()) if callable(getter) else None
+
+    def upsert(self, records: Sequence[Record]) -> None:
+        """Write ``records`` whole: keys their stored versions have and they lack are removed.
+
+        Records without a vector go through ``Chroma.add_documents`` (the store embeds them);
+        those with one straight to the collection, as ``add_documents`` would once embedded.
+        """
+        if not records:
+            return
+        with store_errors(self.vectorstore):
+            stored = self.get_metadata([record.id for record in records])
+            exact = [_exactly(record, stored.get(record.id)) for record in records]
+            to_embed = [record for record in exact if record.embedding is None]
+            if to_embed:
+                self.vectorstore.add_documents(
+                    [Document(r.text, metadata=dict(r.metadata), id=r.id) for r in to_embed],
+                    ids=[r.id for r in to_embed],
+                )
+            given = [record for record in exact if record.embedding is not None]
+            if given:
+                self.vectorstore._collection.upsert(
+                    ids=[r.id for r in given],
+                    embeddings=[list(r.embedding or ()) for r in given],
+                    metadatas=[dict(r.metadata) for r in given],
+                    documents=[r.text for r in given],
+                )
+
+    def update_metadata(self, ids: Sequence[str], metadata: Mapping[str, Any]) -> None:
+        """Chroma's ``update``, which merges ``metadata`` into each stored record."""
+        if ids:
+            with store_errors(self.vectorstore):
+                self.vectorstore._collection.update(
+                    ids=list(ids), metadatas=[dict(metadata) for _ in ids]
+                )
+
+    def delete(self, ids: Sequence[str]) -> None:
+        """``Chroma.delete`` by ids."""
+        if ids:
+            with store_errors(self.vectorstore):
+                self.vectorstore.delete(ids=list(ids))
+
+    def get_metadata(self, ids: Sequence[str]) -> dict[str, dict[str, Any]]:
+        """``Chroma.get`` by ids, metadata only."""
+        if not ids:
+            return {}
+        with store_errors(self.vectorstore):
+            page = self.vectorstore.get(ids=list(ids), include=["metadatas"])
+        return {i: m or {} for i, m in zip(page["ids"], page["metadatas"], strict=True)}
+
+    def list_metadata(
+        self, where: Where | None, *, limit: int, offset: int = 0
+    ) -> list[tuple[str, dict[str, Any]]]:
+        """``Chroma.get`` by ``where``, metadata only, one page."""
+        with store_errors(self.vectorstore):
+            page = self.vectorstore.get(
+                where=dict(where) if where is not None else None,
+                include=["metadatas"],
+                limit=limit,
+                offset=offset,
+            )
+        return [(i, m or {}) for i, m in zip(page["ids"], page["metadatas"], strict=True)]
+
+    # ---- helpers ---------------------------------------------------------------------------
+
+    def _server(self) -> _AsyncServer | None:
+        """Async HTTP to the store's server, or None for an embedded store (threads)."""
+        if self._async_server is None:
+            self._async_server = _AsyncServer.of(self.vectorstore) or False
+        return self._async_server or None
+
+    def _embedder(self) -> Any:
+        embedder = getattr(self.vectorstore, "embeddings", None)
+        if embedder is None:
+            msg = (
+                "window_retriever needs the Chroma store's embedding_function to embed the "
+                "query; create the store with Chroma(..., embedding_function=...)"
+            )
+            raise ConfigurationError(msg)
+        return embedder
+
+    def _query_vector(self, query: str) -> list[float]:
+        return list(self._embedder().embed_query(query))
+
+
+def _exactly(record: Record, stored: Mapping[str, Any] | None) -> Record:
+    """``record``, with ``None`` for every key its stored version has and it lacks.
+
+    Chroma's upsert merges metadata: a key the new version no longer carries would stay on the
+    stored record (a removed ``public=yes`` would go on matching a filter). An upsert with the
+    key set to ``None`` removes it, in the same write as the rest of the new version.
+    """
+    gone = [key for key in stored or {} if key not in record.metadata]
+    if not gone:
+        return record
+    metadata = {**record.metadata, **dict.fromkeys(gone)}
+    return Record(record.id, record.text, metadata, record.embedding)
+
+
+class _AsyncServer:
+    """The store's own Chroma server, spoken to with one ``httpx.AsyncClient`` per event loop.
+
+    The address, the headers (credentials included, whether given as headers or through
+    Chroma's auth provider), the timeout, the tenant and the database are those the store's
+    sync client sends, read from it; the collection id is read on every call, so a reset
+    collection is followed. Chroma's own ``AsyncHttpClient`` is not used: it shares its
+    connections between every client of one event loop, so two stores with two tokens would
+    send one token.
+    """
+
+    def __init__(
+        self, vectorstore: Any, url: str, headers: dict[str, str], verify: Any, timeout: Any
+    ) -> None:
+        self._vectorstore = vectorstore
+        self._url = url
+        self._headers = headers
+        self._verify = verify
+        self._timeout = timeout
+        self._clients: weakref.WeakKeyDictionary[
+            asyncio.AbstractEventLoop, tuple[Any, AsyncIterator[None]]
+        ] = weakref.WeakKeyDictionary()
+
+    @classmethod
+    def of(cls, vectorstore: Any) -> _AsyncServer | None:
+        """For a store on a Chroma server; None for an embedded (or unknown) one."""
+        client: Any = getattr(vectorstore, "_client", None)
+        server: Any = getattr(client, "_server", None)
+        try:
+            settings = client.get_settings()
+            if settings.chroma_api_impl != "chromadb.api.fastapi.FastAPI":
+                return None
+            url = (
+                f"{server.get_api_url()}/tenants/{quote(client.tenant, safe='')}"
+                f"/databases/{quote(client.database, safe='')}/collections/"
+            )
+            headers = dict(server.get_request_headers())
+        except Exception:  # not a Chroma HTTP client: the thread path
+            return None
+        verify = settings.chroma_server_ssl_verify
+        # The sync client's waits (open_store gives it a timeout; Chroma's own has none).
+        timeout = getattr(getattr(server, "_session", None), "timeout", None)
+        return cls(vectorstore, url, headers, True if verify is None else verify, timeout)
+
+    async def call(self, endpoint: str, body: Mapping[str, Any]) -> Any:
+        """POST ``body`` to the collection's ``endpoint`` (``query`` or ``get``)."""
+        import orjson
+        from chromadb.api.base_http_client import BaseHTTPClient
+
+        collection = str(self._vectorstore._collection.id)
+        with store_errors(self._vectorstore):
+            response = await (await self._client()).post(
+                f"{self._url}{quote(collection, safe='')}/{endpoint}",
+                content=orjson.dumps(body, option=orjson.OPT_SERIALIZE_NUMPY),
+            )
+            BaseHTTPClient._raise_chroma_error(response)  # Chroma's errors, as sync raises them
+        return orjson.loads(response.content)
+
+    async def _client(self) -> Any:
+        import httpx
+
+        loop = asyncio.get_running_loop()
+        entry = self._clients.get(loop)
+        if entry is not None:
+            return entry[0]
+        verify = self._verify if self._url.startswith("https:") else False
+        client = httpx.AsyncClient(headers=self._headers, timeout=self._timeout, verify=verify)
+        closer = _close_when_the_loop_ends(client)
+        self._clients[loop] = (client, closer)  # before any await: one client per loop
+        await anext(closer)
+        return client
+
+
+async def _close_when_the_loop_ends(client: Any) -> AsyncIterator[None]:
+    """Hold ``client`` open until its event loop shuts down, then close its connections.
+
+    ``asyncio.run`` (and any loop that calls ``shutdown_asyncgens``) finalises the async
+    generators still alive, so an application that runs one loop per request leaves no
+    sockets behind.
+    """
+    try:
+        yield
+    finally:
+        await client.aclose()
+
+
+def _filters(request: Search | SearchIds | Fetch) -> dict[str, Any]:
+    return {
+        "where": dict(request.where) if request.where is not None else None,
+        "where_document": dict(request.where_document) if request.where_document else None,
+    }
+
+
+def _query_arguments(request: Search, vector: Sequence[float]) -> dict[str, Any]:
+    embeddings = ["embeddings"] if request.embeddings else []
+    return {
+        "query_embeddings": [list(vector)],
+        "n_results": request.k,
+        **_filters(request),
+        "include": ["documents", "metadatas", "distances", *embeddings],
+    }
+
+
+def _ids_query_arguments(request: SearchIds, vector: Sequence[float]) -> dict[str, Any]:
+    return {
+        "query_embeddings": [list(vector)],
+        "n_results": request.k,
+        **_filters(request),
+        "include": ["distances"],
+    }
+
+
+def _get_arguments(request: Fetch) -> dict[str, Any]:
+    embeddings = ["embeddings"] if request.embeddings else []
+    return {
+        "ids": list(request.ids),
+        **_filters(request),
+        "include": ["documents", "metadatas", *embeddings],
+    }
+
+
+def _hits(result: Any, vector: Sequence[float], space: Space, embeddings: bool) -> Found:
+    """Chroma's answer to one query as hits, best first (chunks without text left out)."""
+    count = len(result["ids"][0])
+    vectors = result["embeddings"][0] if embeddings else [()] * count
+    rows = [
+        (Document(page_content=text, metadata=metadata or {}, id=chunk_id), distance, emb)
+        for chunk_id, text, metadata, distance, emb in zip(
+            result["ids"][0],
+            result["documents"][0],
+            result["metadatas"][0],
+            result["distances"][0],
+            vectors,
+            strict=True,
+        )
+        if text is not None
+    ]
+    return Found(
+        documents=[row[0] for row in rows],
+        distances=[float(row[1]) for row in rows],
+        embeddings=[row[2] for row in rows] if embeddings else (),
+        query_embedding=list(vector) if embeddings else None,
+        space=space,
+    )
+
+
+def _chunks(result: Any, embeddings: bool, space: Space) -> Found:
+    """Chroma's answer to one ``get`` as documents (chunks without text left out)."""
+    vectors = result["embeddings"] if embeddings else [()] * len(result["ids"])
+    rows = [
+        (Document(page_content=text, metadata=metadata or {}, id=chunk_id), vector)
+        for chunk_id, text, metadata, vector in zip(
+            result["ids"], result["documents"], result["metadatas"], vectors, strict=True
+        )
+        if text is not None
+    ]
+    return Found(
+        documents=[row[0] for row in rows],
+        embeddings=[row[1] for row in rows] if embeddings else (),
+        space=space,
+    )

@@ -1,0 +1,298 @@
+"""The store protocol: what the retriever reads and ingestion writes, and the rules a store keeps.
+
+A store is a subclass of :class:`WindowStore` (sync), and optionally of
+:class:`AsyncWindowStore` (its async twin, for a store that can wait without a thread), as
+httpx's ``BaseTransport`` / ``AsyncBaseTransport``. The retriever speaks to it only through
+request objects (:class:`Search`, :class:`SearchIds`, :class:`Fetch`) run by :func:`execute`
+and :func:`aexecute`, so its sync and async paths share one body. Ingestion speaks to it
+through the write methods. ``window_retriever.ChromaWindowStore`` and
+``window_retriever.MemoryWindowStore`` implement both; the same behavioural tests run
+against each (``tests/unit/test_store_contract.py``).
+
+The rules every store keeps (the retriever and ingestion rely on them):
+
+1. **Ids are chunk ids.** A chunk from ``WindowSplitter`` is stored under its
+   ``metadata["chunk_id"]``, and every document a store returns has ``Document.id`` set to it.
+   The retriever computes neighbours' ids from positions and fetches them by id.
+2. **Distances are lower-is-better**, in the store's own space (:attr:`Found.space`):
+   ``"l2"`` (squared Euclidean), ``"cosine"`` (1 - cosine similarity) or ``"ip"``
+   (1 - inner product). Search results come best first.
+3. **Filters are applied by the store, always.** ``where`` (metadata) and ``where_document``
+   (text) of a request restrict its results exactly as Chroma's filter language says, on a
+   fetch by ids as on a search. When the retriever's own evaluator cannot decide a filter it
+   passes it to the fetch and relies on the store: a chunk the filter hides must never come
+   back (it may be another tenant's). A store that cannot decide a filter raises
+   ``ConfigurationError``; it never ignores one.
+4. **Missing ids are simply absent** from a fetch or a read by ids: no error, no placeholder.
+5. **Embeddings come back when asked, and only then**: a request with ``embeddings=True`` gets
+   one stored vector per document (and a search the query's vector); otherwise
+   :attr:`Found.embeddings` is empty. A store that holds no vectors says so with
+   ``supports_embeddings = False`` and is never asked.
+6. **An upsert replaces a record whole**: its text, its embedding and *exactly* its metadata
+   (a key the stored record has and the new one lacks is gone afterwards; Chroma's own
+   upsert merges, so its adapter removes such keys). Writes never touch other records.
+7. **Batches respect** :attr:`WindowStore.batch_size`: callers never pass more ids or records
+   to one call than it says.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, TypeVar, overload
+
+from langchain_core.documents import Document
+from langchain_core.runnables.config import run_in_executor
+
+from window_retriever._errors import ConfigurationError
+
+if TYPE_CHECKING:
+    from langchain_core.embeddings import Embeddings
+
+Where = Mapping[str, Any]
+Space = Literal["l2", "cosine", "ip"]
+_T = TypeVar("_T")
+
+
+@dataclass(frozen=True, slots=True)
+class Search:
+    """A similarity search: the ``k`` chunks nearest to ``query``, best first."""
+
+    query: str
+    k: int
+    where: Where | None = None
+    where_document: Where | None = None
+    embeddings: bool = False
+    """Also return the query's and every hit's embedding (rule 5)."""
+
+
+@dataclass(frozen=True, slots=True)
+class SearchIds:
+    """A similarity search that returns only ``(id, distance)`` pairs, best first.
+
+    The cheapest search Chroma has: no text, no metadata. The retriever asks for it once it
+    knows the store's typical chunk length, reads each hit's position from its id, and fetches
+    the texts of the hits it will use together with their neighbours, in one fetch. Only a
+    store with ``supports_search_ids = True`` is asked.
+    """
+
+    query: str
+    k: int
+    where: Where | None = None
+    where_document: Where | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Fetch:
+    """A batched fetch of chunks by id, filtered by the store itself (rule 3)."""
+
+    ids: Sequence[str]
+    where: Where | None = None
+    where_document: Where | None = None
+    embeddings: bool = False
+    """Also return every chunk's stored embedding (rule 5)."""
+
+
+Request = Search | SearchIds | Fetch
+IdHits = list[tuple[str, float]]
+"""The answer to a :class:`SearchIds`: ``(id, distance)`` pairs, best first."""
+
+
+@dataclass(frozen=True, slots=True)
+class Found:
+    """The answer to a :class:`Search` or a :class:`Fetch`: documents, in one shape for both.
+
+    A search's documents come best first, a fetch's in any order. Documents without text are
+    left out.
+    """
+
+    documents: Sequence[Document]
+    distances: Sequence[float] = ()
+    """One per document for a search (lower is better, in ``space``); empty for a fetch."""
+    embeddings: Sequence[Sequence[float]] = ()
+    """One stored vector per document when the request asked; empty otherwise."""
+    query_embedding: Sequence[float] | None = None
+    """The query's vector, for a search that asked for embeddings; otherwise ``None``."""
+    space: Space = "l2"
+    """The distance the store ranks by: ``"l2"`` (squared), ``"cosine"`` or ``"ip"``."""
+
+    def pairs(self) -> list[tuple[Document, float]]:
+        """A search's ``(document, distance)`` pairs, best first."""
+        return list(zip(self.documents, self.distances, strict=True))
+
+
+Response = Found | IdHits
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """One chunk to write: its id (the ``chunk_id``), text, exact metadata and vector.
+
+    ``embedding`` ``None`` asks the store to embed ``text`` with its own model.
+    """
+
+    id: str
+    text: str
+    metadata: Mapping[str, Any]
+    embedding: Sequence[float] | None = None
+
+
+class WindowStore(ABC):
+    """A store of chunks, as the retriever reads it and ingestion writes it (sync).
+
+    Subclass it and implement :meth:`search` and :meth:`fetch`: that is a store the retriever
+    can read (static windows; set ``supports_embeddings`` for adaptive ones). A store
+    ingestion writes to implements the five write methods too. Keep the rules of the module
+    docstring (``window_retriever._protocol``). An implementation that can also wait without
+    a thread subclasses :class:`AsyncWindowStore` as well; one that does not is driven from
+    async code in a thread (LangChain's executor).
+    """
+
+    supports_search_ids: ClassVar[bool] = False
+    """True when :meth:`search_ids` is implemented. Without it the retriever always runs the
+    full :meth:`search` (same results, more data read)."""
+    supports_embeddings: ClassVar[bool] = False
+    """True when requests with ``embeddings=True`` are answered (rule 5). Without it the
+    retriever refuses ``expansion="adaptive"`` with a ``ConfigurationError``."""
+
+    # ---- reads (the retriever) -------------------------------------------------------------
+
+    @abstractmethod
+    def search(self, request: Search) -> Found:
+        """The ``request.k`` nearest chunks that pass its filters, best first, with distances."""
+
+    @abstractmethod
+    def fetch(self, request: Fetch) -> Found:
+        """The stored chunks among ``request.ids`` that pass its filters (any order)."""
+
+    def search_ids(self, request: SearchIds) -> IdHits:
+        """``(id, distance)`` pairs, best first (only if ``supports_search_ids``)."""
+        raise NotImplementedError(_lacks(self, "search_ids"))
+
+    # ---- writes (ingestion) ----------------------------------------------------------------
+
+    @property
+    def embeddings(self) -> Embeddings | None:
+        """The model the store embeds with; ingestion embeds with it and writes the vectors.
+
+        ``None``: ingestion writes records without vectors (the store embeds them itself, in
+        :meth:`upsert`), source by source.
+        """
+        return None
+
+    @property
+    def batch_size(self) -> int | None:
+        """The most ids or records one call may carry; ``None`` for no limit of its own."""
+        return None
+
+    def upsert(self, records: Sequence[Record]) -> None:
+        """Write ``records``, each replacing the stored record of its id whole (rule 6)."""
+        raise NotImplementedError(_lacks(self, "upsert"))
+
+    def update_metadata(self, ids: Sequence[str], metadata: Mapping[str, Any]) -> None:
+        """Set the keys of ``metadata`` on the stored records of ``ids`` (others untouched).
+
+        Text, embedding and the other keys stay; an id that is not stored is ignored.
+        """
+        raise NotImplementedError(_lacks(self, "update_metadata"))
+
+    def delete(self, ids: Sequence[str]) -> None:
+        """Delete the records of ``ids``; an id that is not stored is ignored."""
+        raise NotImplementedError(_lacks(self, "delete"))
+
+    def get_metadata(self, ids: Sequence[str]) -> dict[str, dict[str, Any]]:
+        """The stored metadata of those of ``ids`` that are stored, by id (no text, no vector)."""
+        raise NotImplementedError(_lacks(self, "get_metadata"))
+
+    def list_metadata(
+        self, where: Where | None, *, limit: int, offset: int = 0
+    ) -> list[tuple[str, dict[str, Any]]]:
+        """One page of ``(id, metadata)`` of the records ``where`` matches (all for ``None``).
+
+        The order is the store's own, the same from page to page while nothing is written;
+        a page shorter than ``limit`` is the last.
+        """
+        raise NotImplementedError(_lacks(self, "list_metadata"))
+
+
+class AsyncWindowStore(ABC):
+    """The async twin of :class:`WindowStore`'s reads, for a store that waits without threads.
+
+    A store subclasses both; :func:`aexecute` then awaits these instead of running the sync
+    methods in a thread. The same rules hold, and the answers equal the sync ones.
+    """
+
+    @abstractmethod
+    async def asearch(self, request: Search) -> Found:
+        """:meth:`WindowStore.search`, awaited."""
+
+    @abstractmethod
+    async def afetch(self, request: Fetch) -> Found:
+        """:meth:`WindowStore.fetch`, awaited."""
+
+    async def asearch_ids(self, request: SearchIds) -> IdHits:
+        """:meth:`WindowStore.search_ids`, awaited (only if ``supports_search_ids``)."""
+        raise NotImplementedError(_lacks(self, "asearch_ids"))
+
+
+def _lacks(store: object, method: str) -> str:
+    return f"{type(store).__name__} does not implement {method}"
+
+
+@overload
+def execute(store: WindowStore, request: SearchIds) -> IdHits: ...
+@overload
+def execute(store: WindowStore, request: Search | Fetch) -> Found: ...
+@overload
+def execute(store: WindowStore, request: Request) -> Response: ...
+def execute(store: WindowStore, request: Request) -> Response:
+    """Run one request against ``store``."""
+    _check(store, request)
+    if isinstance(request, SearchIds):
+        return store.search_ids(request)
+    if isinstance(request, Search):
+        return store.search(request)
+    return store.fetch(request)
+
+
+@overload
+async def aexecute(store: WindowStore, request: SearchIds) -> IdHits: ...
+@overload
+async def aexecute(store: WindowStore, request: Search | Fetch) -> Found: ...
+@overload
+async def aexecute(store: WindowStore, request: Request) -> Response: ...
+async def aexecute(store: WindowStore, request: Request) -> Response:
+    """Run one request against ``store`` without blocking the event loop.
+
+    A store that is also an :class:`AsyncWindowStore` is awaited; any other runs its sync
+    method in a thread (:func:`in_thread`).
+    """
+    if not isinstance(store, AsyncWindowStore):
+        return await in_thread(execute, store, request)
+    _check(store, request)
+    if isinstance(request, SearchIds):
+        return await store.asearch_ids(request)
+    if isinstance(request, Search):
+        return await store.asearch(request)
+    return await store.afetch(request)
+
+
+async def in_thread(function: Callable[..., _T], *args: Any) -> _T:
+    """Run a blocking store call in LangChain's executor: the one place async code does so."""
+    return await run_in_executor(None, function, *args)
+
+
+def _check(store: WindowStore, request: Request) -> None:
+    """Refuse a request the store declared it cannot answer, naming the fix."""
+    if isinstance(request, SearchIds):
+        if not store.supports_search_ids:
+            msg = f"{type(store).__name__} has no search_ids; the retriever should not ask it"
+            raise ConfigurationError(msg)
+    elif request.embeddings and not store.supports_embeddings:
+        msg = (
+            f"expansion='adaptive' needs a store that returns embeddings; "
+            f"{type(store).__name__} does not (supports_embeddings is False): use "
+            "langchain_chroma.Chroma, or expansion='static'"
+        )
+        raise ConfigurationError(msg)
