@@ -183,9 +183,10 @@ class KeywordIndex:
         with cls._shared_lock:
             index = cls._shared.get(key)
             if index is None:
-                index = cls(vectorstore, check_interval=DEFAULT_CHECK_INTERVAL)
+                interval = DEFAULT_CHECK_INTERVAL if check_interval is None else check_interval
+                index = cls(vectorstore, check_interval=interval)
                 cls._shared[key] = index
-            if check_interval is not None:
+            elif check_interval is not None:
                 index.check_interval = min(index.check_interval, float(check_interval))
             return index
 
