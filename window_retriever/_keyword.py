@@ -50,6 +50,19 @@ returns zero-scored rows to fill ``k``.
 
 A chunk deleted by another process can come back from a stale index for at most the bound
 above; the retriever fetches every candidate by id afterwards, so such an id finds nothing.
+
+Cost (measured 2026-12-01, 2 shared cores, synthetic 400-character chunks)
+-------------------------------------------------------------------------
+| | 10k embedded | 10k server | 100k embedded | 100k server |
+|---|---|---|---|---|
+| build (read, tokenise, index) | 2.3 s | 4.0 s | 36 s | 23 s |
+| load the saved index | 0.03 s | - | 0.24 s | - |
+| fingerprint check | 1.7 ms | 8.6 ms | 7 ms | 24 ms |
+| query k=40, no filter (p50) | 0.3 ms | 0.4 ms | 0.9 ms | 1.3 ms |
+| query, filter of 1 chunk in 5,000 | 0.7 ms | 0.7 ms | 5.7 ms | 12 ms |
+| ``invalidate`` | 18 ms | 16 ms | 15 ms | 8 ms |
+Building is linear: about a third each reading from Chroma, tokenising and ``bm25s.index``.
+Memory: about 140-320 MB at 100k (ids, metadata, the sparse matrix); saved: 51 MB at 100k.
 """
 
 from __future__ import annotations
