@@ -1,0 +1,203 @@
+"""The keyword index across real processes: a Chroma server and a store on disk.
+
+A writer is another Python process (``python -c``), run to its end before the reader looks,
+so nothing depends on timing; the reader's staleness bound is checked on the index's own
+clock, which the test moves.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import chromadb
+import pytest
+from langchain_chroma import Chroma
+from langchain_core.documents import Document
+from langchain_core.embeddings import DeterministicFakeEmbedding
+
+from tests.integration.conftest import unique
+from window_retriever._keyword import KeywordIndex
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).parents[2]
+FILLER = [
+    "Connections are pooled and reused between requests to the same host.",
+    "The client follows redirects unless told otherwise.",
+    "Cookies persist across requests made from one session.",
+    "Proxies can be configured per scheme, for http and https separately.",
+]
+OPTION = "Set max_retries on the adapter to retry failed connections a few times."
+
+OPEN = """
+import json, sys
+import chromadb
+from langchain_chroma import Chroma
+from langchain_core.documents import Document
+from langchain_core.embeddings import DeterministicFakeEmbedding
+from window_retriever._keyword import KeywordIndex
+config = json.loads(sys.argv[1])
+if "host" in config:
+    client = chromadb.HttpClient(host=config["host"], port=config["port"])
+else:
+    client = chromadb.PersistentClient(path=config["path"])
+store = Chroma(
+    collection_name=config["name"],
+    embedding_function=DeterministicFakeEmbedding(size=16),
+    client=client,
+)
+"""
+
+
+def run(script: str, config: dict[str, Any]) -> Any:
+    """Run ``script`` after :data:`OPEN` in a new Python process; its last line, as JSON."""
+    done = subprocess.run(
+        [sys.executable, "-c", OPEN + textwrap.dedent(script), json.dumps(config)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = done.stdout.strip().splitlines()
+    return json.loads(lines[-1]) if lines else None
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def ids(found: list[tuple[str, float]]) -> list[str]:
+    return [chunk_id for chunk_id, _ in found]
+
+
+@pytest.fixture(autouse=True)
+def _fresh_registry() -> Any:
+    KeywordIndex._shared.clear()
+    yield
+    KeywordIndex._shared.clear()
+
+
+def test_writes_of_another_process_are_seen_on_a_server_within_the_bound(
+    chroma_server: str,
+) -> None:
+    address = urlsplit(chroma_server)
+    config = {"host": address.hostname, "port": address.port, "name": unique("keyword")}
+    store = Chroma(
+        collection_name=config["name"],
+        embedding_function=DeterministicFakeEmbedding(size=16),
+        client=chromadb.HttpClient(host=address.hostname, port=address.port),
+    )
+    store.add_documents(
+        [Document(page_content=text, id=f"doc:{i}") for i, text in enumerate(FILLER)],
+        ids=[f"doc:{i}" for i in range(len(FILLER))],
+    )
+    index = KeywordIndex.for_store(store, check_interval=30)
+    clock = FakeClock()
+    index._clock = clock
+    assert ids(index.search("redirects", k=3)) == ["doc:1"]
+    assert index.search("max_retries", k=3) == []
+
+    # Another process, through this library: a new chunk, a deletion, an in-place rewrite
+    # (the count stays 4), then invalidate.
+    run(
+        """
+        store.add_documents(
+            [Document(page_content=config["option"], id="doc:9"),
+             Document(page_content="Sessions keep a cookie jar.", id="doc:1")],
+            ids=["doc:9", "doc:1"],
+        )
+        store.delete(ids=["doc:0"])
+        KeywordIndex.invalidate(store)
+        """,
+        {**config, "option": OPTION},
+    )
+    clock.now += 29  # within the bound this process may still answer from its old build
+    assert ids(index.search("redirects", k=3)) == ["doc:1"]
+    clock.now += 2
+    assert ids(index.search("max_retries", k=3)) == ["doc:9"]
+    assert index.search("redirects", k=3) == []  # rewritten in place
+    assert "doc:0" not in ids(index.search("connections requests host", k=10))  # deleted
+
+    # A writer that bypasses the library (a bare add) is seen by its count.
+    run(
+        """
+        store._collection.add(ids=["doc:10"], documents=["Use a timeout_seconds budget."],
+                              embeddings=[[0.1] * 16])
+        """,
+        config,
+    )
+    clock.now += 31
+    assert ids(index.search("timeout_seconds", k=3)) == ["doc:10"]
+
+    # Another process on the same server builds its own index and ranks the same way.
+    theirs = run(
+        """
+        index = KeywordIndex.for_store(store)
+        print(json.dumps(index.search("retry adapter connections", k=5)))
+        """,
+        config,
+    )
+    assert [tuple(hit) for hit in theirs] == index.search("retry adapter connections", k=5)
+
+
+SEARCH = """
+from chromadb.api.models.Collection import Collection
+reads = 0
+original = Collection.get
+def get(self, *args, **kwargs):
+    global reads
+    reads += "documents" in (kwargs.get("include") or [])
+    return original(self, *args, **kwargs)
+Collection.get = get
+index = KeywordIndex.for_store(store)
+hits = index.search(config["query"], k=3)
+print(json.dumps({"builds": index.builds, "loads": index.loads, "reads": reads, "hits": hits}))
+"""
+
+
+def test_a_new_process_loads_the_saved_index_and_rebuilds_it_after_a_change(
+    tmp_path: Path,
+) -> None:
+    config: dict[str, Any] = {"path": str(tmp_path), "name": "docs", "query": "max_retries"}
+    run(
+        """
+        store.add_documents([Document(page_content=t, id=f"doc:{i}")
+                             for i, t in enumerate(config["texts"])],
+                            ids=[f"doc:{i}" for i in range(len(config["texts"]))])
+        KeywordIndex.invalidate(store)
+        """,
+        {**config, "texts": [*FILLER, OPTION]},
+    )
+
+    first = run(SEARCH, config)
+    second = run(SEARCH, config)
+
+    assert (first["builds"], first["loads"], first["reads"]) == (1, 0, 1)
+    assert (second["builds"], second["loads"], second["reads"]) == (0, 1, 0)  # no rebuild
+    assert second["hits"] == first["hits"]
+    assert [hit[0] for hit in first["hits"]] == ["doc:4"]
+
+    run(
+        """
+        store.add_documents([Document(page_content="Set max_retries=5.", id="doc:7")],
+                            ids=["doc:7"])
+        KeywordIndex.invalidate(store)
+        """,
+        config,
+    )
+    third = run(SEARCH, config)
+
+    assert (third["builds"], third["loads"], third["reads"]) == (1, 0, 1)
+    assert {hit[0] for hit in third["hits"]} == {"doc:4", "doc:7"}

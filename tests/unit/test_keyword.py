@@ -1,0 +1,360 @@
+"""The keyword index: BM25 over exactly the chunks of a real Chroma collection.
+
+Real embedded Chroma (in memory and on disk) with ``DeterministicFakeEmbedding``; the clock of
+the index is a test's own, so the staleness bound is tested without sleeping.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import chromadb
+import pytest
+from chromadb.api.models.Collection import Collection
+from langchain_chroma import Chroma
+from langchain_core.documents import Document
+from langchain_core.embeddings import DeterministicFakeEmbedding
+
+from window_retriever import ConfigurationError
+from window_retriever._keyword import FOLDER, GENERATION_KEY, KeywordIndex
+
+FILLER = [
+    "Connections are pooled and reused between requests to the same host.",
+    "The client follows redirects unless told otherwise.",
+    "Cookies persist across requests made from one session.",
+    "Proxies can be configured per scheme, for http and https separately.",
+    "Streaming downloads read the body in chunks as it arrives.",
+    "Authentication handlers sign each outgoing request.",
+    "Hooks run after a response arrives, before it is returned.",
+    "A transport adapter can be mounted for a URL prefix.",
+]
+OPTION = "Set max_retries on the adapter to retry failed connections a few times."
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture(autouse=True)
+def _fresh_registry() -> Iterator[None]:
+    KeywordIndex._shared.clear()
+    yield
+    KeywordIndex._shared.clear()
+
+
+class Reads:
+    """Every ``Collection.get`` of the process that asked for documents (a build)."""
+
+    def __init__(self) -> None:
+        self.documents = 0
+
+
+@pytest.fixture
+def reads(monkeypatch: pytest.MonkeyPatch) -> Reads:
+    seen = Reads()
+    original = Collection.get
+
+    def get(self: Collection, *args: Any, **kwargs: Any) -> Any:
+        if "documents" in (kwargs.get("include") or []):
+            seen.documents += 1
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(Collection, "get", get)
+    return seen
+
+
+def chunks(texts: list[str], **metadata: Any) -> list[Document]:
+    return [
+        Document(page_content=text, metadata={"chunk_index": i, **metadata}, id=f"doc:{i}")
+        for i, text in enumerate(texts)
+    ]
+
+
+def store_with(make_store: Callable[..., Chroma], documents: list[Document]) -> Chroma:
+    store = make_store()
+    store.add_documents(documents, ids=[d.id for d in documents])
+    return store
+
+
+def test_an_exact_option_name_is_found_where_the_vector_search_misses_it(
+    make_store: Callable[..., Chroma],
+) -> None:
+    store = store_with(make_store, chunks([*FILLER, OPTION]))
+    vector_top = [d.id for d in store.similarity_search("max_retries", k=3)]
+    assert "doc:8" not in vector_top  # the premise: the dense leg does not find it
+
+    found = KeywordIndex.for_store(store).search("max_retries", k=3)
+
+    assert [chunk_id for chunk_id, _ in found] == ["doc:8"]  # only chunks holding a term
+    assert found[0][1] > 0
+
+
+def test_stemming_and_stop_words(make_store: Callable[..., Chroma]) -> None:
+    store = store_with(make_store, chunks([*FILLER, OPTION]))
+    index = KeywordIndex.for_store(store)
+
+    # "retrying" meets "retry" and "redirect" meets "redirects" through their stems
+    assert {i for i, _ in index.search("retrying redirect", k=5)} == {"doc:1", "doc:8"}
+    assert index.search("the and of to", k=5) == []  # only stop words: nothing to rank by
+    assert index.search("", k=5) == []
+    assert index.search("zyzzyva", k=5) == []  # no chunk holds it
+    assert index.search("requests", k=0) == []
+
+
+def test_k_larger_than_the_corpus_returns_every_chunk_holding_a_term(
+    make_store: Callable[..., Chroma],
+) -> None:
+    store = store_with(make_store, chunks(["requests here", "more requests", "nothing"]))
+
+    found = KeywordIndex.for_store(store).search("requests", k=100)
+
+    assert sorted(i for i, _ in found) == ["doc:0", "doc:1"]
+    assert [s for _, s in found] == sorted((s for _, s in found), reverse=True)
+
+
+def test_an_empty_collection_and_chunks_of_stop_words_only(
+    make_store: Callable[..., Chroma],
+) -> None:
+    store = make_store()
+    index = KeywordIndex.for_store(store, check_interval=0)
+    assert index.search("anything", k=5) == []
+    assert len(index) == 0
+
+    store.add_documents(chunks(["the and of", "", "it is"]), ids=["a", "b", "c"])
+    assert index.search("the", k=5) == []
+    assert len(index) == 3
+
+
+def test_a_filter_hides_chunks_from_the_keyword_leg(make_store: Callable[..., Chroma]) -> None:
+    documents = [
+        Document(
+            page_content=f"retry policy {'retry ' * (10 - i)}",
+            metadata={"tenant": "acme" if i % 2 else "globex", "n": i},
+            id=f"c{i}",
+        )
+        for i in range(10)
+    ]
+    store = store_with(make_store, documents)
+    index = KeywordIndex.for_store(store)
+
+    unfiltered = [i for i, _ in index.search("retry", k=3)]
+    acme = [i for i, _ in index.search("retry", k=3, where={"tenant": "acme"})]
+
+    assert unfiltered == ["c0", "c1", "c2"]  # globex ranks first without the filter
+    assert acme == ["c1", "c3", "c5"]  # k is filled from what the filter allows
+
+
+FILTERS: list[tuple[dict[str, Any] | None, dict[str, Any] | None]] = [
+    ({"tenant": "acme"}, None),
+    ({"$and": [{"tenant": "globex"}, {"n": {"$gte": 4}}]}, None),
+    ({"$or": [{"n": {"$in": [1, 2, 3]}}, {"tenant": {"$ne": "acme"}}]}, None),
+    ({"n": {"$nin": [0, 1]}}, None),
+    ({"tags": {"$contains": "red"}}, None),  # a list operator: Chroma decides
+    (None, {"$contains": "Retry"}),  # case-sensitive, as Chroma's
+    (None, {"$not_contains": "policy 3"}),
+    ({"tenant": "acme"}, {"$regex": "policy [0-5]"}),
+]
+
+
+@pytest.mark.parametrize(("where", "where_document"), FILTERS)
+def test_filters_agree_with_chroma_s_own(
+    make_store: Callable[..., Chroma],
+    where: dict[str, Any] | None,
+    where_document: dict[str, Any] | None,
+) -> None:
+    documents = [
+        Document(
+            page_content=f"{'Retry' if i % 3 == 0 else 'retry'} policy {i} " + "retry " * (i % 4),
+            metadata={
+                "tenant": "acme" if i % 2 else "globex",
+                "n": i,
+                "tags": ["red", "blue"] if i % 3 else ["blue"],
+            },
+            id=f"c{i:02d}",
+        )
+        for i in range(24)
+    ]
+    store = store_with(make_store, documents)
+    allowed = set(store.get(where=where, where_document=where_document, include=[])["ids"])
+    assert 0 < len(allowed) < 24
+    index = KeywordIndex.for_store(store)
+    ranked = [i for i, _ in index.search("retry", k=24)]
+
+    found = index.search("retry", k=5, where=where, where_document=where_document)
+
+    assert [i for i, _ in found] == [i for i in ranked if i in allowed][:5]
+
+
+def test_a_deleted_chunk_never_comes_back(make_store: Callable[..., Chroma]) -> None:
+    store = store_with(make_store, chunks([*FILLER, OPTION]))
+    index = KeywordIndex.for_store(store)
+    assert [i for i, _ in index.search("max_retries", k=3)] == ["doc:8"]
+
+    store.delete(ids=["doc:8"])
+    KeywordIndex.invalidate(store)
+
+    assert index.search("max_retries", k=3) == []
+    assert "doc:8" not in {i for i, _ in index.search("adapter", k=10)}
+
+
+def test_an_in_place_rewrite_is_seen_through_invalidate(
+    make_store: Callable[..., Chroma],
+) -> None:
+    store = store_with(make_store, chunks([*FILLER, OPTION]))
+    index = KeywordIndex.for_store(store)
+    index._clock = FakeClock()  # no time passes: only invalidate can tell
+    assert index.search("backoff_factor", k=3) == []
+
+    rewritten = "Set backoff_factor to wait longer between retries."
+    store.add_documents([Document(page_content=rewritten, id="doc:8")], ids=["doc:8"])
+    assert index.search("backoff_factor", k=3) == []  # same count, not yet told
+    KeywordIndex.invalidate(store)
+
+    assert [i for i, _ in index.search("backoff_factor", k=3)] == ["doc:8"]
+    assert index.search("max_retries", k=3) == []
+
+
+def test_another_writer_is_seen_within_the_check_interval(
+    make_store: Callable[..., Chroma],
+) -> None:
+    store = store_with(make_store, chunks(FILLER))
+    index = KeywordIndex.for_store(store, check_interval=5)
+    clock = FakeClock()
+    index._clock = clock
+    assert index.search("max_retries", k=3) == []
+
+    # Another client of the same collection writes, without telling this index.
+    other = chromadb.EphemeralClient().get_collection(store._collection.name)
+    other.add(ids=["new"], documents=[OPTION], embeddings=[[0.5] * 64])
+
+    clock.now += 4.9
+    assert index.search("max_retries", k=3) == []  # within the bound: may be stale
+    clock.now += 0.2
+    assert [i for i, _ in index.search("max_retries", k=3)] == ["new"]
+
+
+def test_invalidate_keeps_the_collection_s_metadata_and_distance(
+    chroma_client: Any, make_store: Callable[..., Chroma]
+) -> None:
+    name = make_store()._collection.name
+    store = Chroma(
+        collection_name=name + "-cos",
+        embedding_function=DeterministicFakeEmbedding(size=8),
+        client=chroma_client,
+        collection_metadata={"hnsw:space": "cosine", "owner": "docs team"},
+    )
+    try:
+        store.add_texts(["one text"], ids=["x"])
+        KeywordIndex.invalidate(store)
+        first = chroma_client.get_collection(name + "-cos").metadata[GENERATION_KEY]
+        KeywordIndex.invalidate(store)
+
+        collection = chroma_client.get_collection(name + "-cos")
+        assert collection.metadata["owner"] == "docs team"
+        assert collection.metadata[GENERATION_KEY] != first
+        assert collection.configuration["hnsw"]["space"] == "cosine"
+        assert store.similarity_search_with_score("one text", k=1)[0][1] == pytest.approx(0)
+    finally:
+        chroma_client.delete_collection(name + "-cos")
+
+
+def test_one_index_per_collection_per_process(
+    chroma_client: Any, make_store: Callable[..., Chroma]
+) -> None:
+    store = make_store()
+    again = Chroma(
+        collection_name=store._collection.name,
+        embedding_function=DeterministicFakeEmbedding(size=64),
+        client=chroma_client,
+    )
+
+    first = KeywordIndex.for_store(store, check_interval=3)
+    second = KeywordIndex.for_store(again, check_interval=0.5)
+
+    assert first is second
+    assert first.check_interval == 0.5  # the strictest caller wins
+    assert KeywordIndex.for_store(make_store()) is not first
+
+
+def test_async_search_gives_the_same_answer(make_store: Callable[..., Chroma]) -> None:
+    store = store_with(make_store, chunks([*FILLER, OPTION]))
+    index = KeywordIndex.for_store(store)
+
+    found = asyncio.run(index.asearch("retry adapter", k=3, where={"chunk_index": 8}))
+
+    assert found == index.search("retry adapter", k=3, where={"chunk_index": 8})
+    assert [i for i, _ in found] == ["doc:8"]
+
+
+def test_bad_arguments_are_named(make_store: Callable[..., Chroma]) -> None:
+    with pytest.raises(ConfigurationError, match="check_interval must be a number"):
+        KeywordIndex.for_store(make_store(), check_interval=-1)
+    with pytest.raises(ConfigurationError, match="check_interval must be finite"):
+        KeywordIndex.for_store(make_store(), check_interval=float("inf"))
+    with pytest.raises(ConfigurationError, match=r"vectorstore must be a langchain_chroma\.Chroma"):
+        KeywordIndex.for_store(object())
+
+
+# ---- saved beside an embedded store ------------------------------------------------------
+
+
+def disk_store(directory: Path) -> Chroma:
+    return Chroma(
+        collection_name="docs",
+        embedding_function=DeterministicFakeEmbedding(size=16),
+        persist_directory=str(directory),
+    )
+
+
+def test_a_saved_index_is_loaded_not_rebuilt_while_the_collection_is_unchanged(
+    tmp_path: Path, reads: Reads
+) -> None:
+    store = disk_store(tmp_path)
+    store.add_documents(chunks([*FILLER, OPTION]), ids=[f"doc:{i}" for i in range(9)])
+    first = KeywordIndex.for_store(store)
+    expected = first.search("max_retries adapter", k=3)
+    assert (first.builds, first.loads, reads.documents) == (1, 0, 1)
+    assert (tmp_path / FOLDER / str(store._collection.id) / "state.json").is_file()
+
+    KeywordIndex._shared.clear()  # as a new process would start
+    second = KeywordIndex.for_store(disk_store(tmp_path))
+
+    assert second.search("max_retries adapter", k=3) == expected
+    assert (second.builds, second.loads, reads.documents) == (0, 1, 1)  # not one more read
+
+
+def test_a_saved_index_is_rebuilt_when_the_collection_changed(tmp_path: Path, reads: Reads) -> None:
+    store = disk_store(tmp_path)
+    store.add_documents(chunks(FILLER), ids=[f"doc:{i}" for i in range(8)])
+    KeywordIndex.for_store(store).search("adapter", k=3)
+    KeywordIndex._shared.clear()
+
+    store.add_documents([Document(page_content=OPTION, id="doc:8")], ids=["doc:8"])
+    KeywordIndex.invalidate(store)
+    index = KeywordIndex.for_store(store)
+
+    assert [i for i, _ in index.search("max_retries", k=3)] == ["doc:8"]
+    assert (index.builds, index.loads, reads.documents) == (1, 0, 2)
+    saved = list((tmp_path / FOLDER).iterdir())
+    assert [p.name for p in saved] == [str(store._collection.id)]  # replaced, nothing left over
+
+
+def test_a_damaged_saved_index_is_rebuilt(tmp_path: Path) -> None:
+    store = disk_store(tmp_path)
+    store.add_documents(chunks([*FILLER, OPTION]), ids=[f"doc:{i}" for i in range(9)])
+    KeywordIndex.for_store(store).search("adapter", k=3)
+    KeywordIndex._shared.clear()
+    saved = tmp_path / FOLDER / str(store._collection.id)
+    (saved / "rows.json").write_text("{not json")
+
+    index = KeywordIndex.for_store(store)
+
+    assert [i for i, _ in index.search("max_retries", k=3)] == ["doc:8"]
+    assert (index.builds, index.loads) == (1, 0)
