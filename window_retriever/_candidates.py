@@ -14,18 +14,21 @@ import itertools
 import statistics
 from abc import ABC, abstractmethod
 from collections import deque
-from collections.abc import Generator, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Awaitable, Callable, Generator, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any
 
+import numpy as np
+
 from window_retriever._filters import Predicate, compile_where
-from window_retriever._ids import make_chunk_id
+from window_retriever._fusion import DEFAULT_WEIGHTS, fuse
+from window_retriever._ids import CHUNK_ID, make_chunk_id
 from window_retriever._params import Params
 from window_retriever._protocol import Fetch, Request, Search, SearchIds, Space
 from window_retriever._records import admit, placed, read_hit, read_hits, unique
 from window_retriever._windows import Chunk, Hit, Measure, Position
 
-Flow = Generator[Request, Any, Any]
+Flow = Generator["Request | Call", Any, Any]
 
 
 @dataclass
@@ -46,6 +49,8 @@ class Pool:
     """How many results the search returned: fewer than asked means the store has no more."""
     beyond: list[Hit] = field(default_factory=list)
     """Lean search only: candidates known by id, not read (see ``StaticWindows``)."""
+    fused: bool = False
+    """The hits are in a fused order (not by distance): see ``HybridSearch``."""
 
 
 class CandidateSource(ABC):
@@ -98,6 +103,133 @@ class VectorSearch(CandidateSource):
         """
         found = yield SearchIds(query, k, params.filter, params.where_document)
         return located(found), len(found)
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    """A step that is not a store request (a keyword search, another retriever's ``invoke``).
+
+    The sync driver calls ``run``; the async driver awaits ``arun``.
+    """
+
+    run: Callable[[], Any]
+    arun: Callable[[], Awaitable[Any]]
+
+
+class HybridSearch(CandidateSource):
+    """Vector and keyword (BM25) candidates, fused by reciprocal rank (``_fusion``).
+
+    Each leg returns up to ``k`` chunks under the caller's filters; the fused top ``k`` are the
+    hits, in fused order. Chunks only the keyword leg found are read in one fetch, with their
+    stored vectors, so every hit has its true distance to the query and ``score`` keeps its
+    meaning (the minimum distance of a window's hits); each hit's ``ranks`` say which legs
+    found it and where.
+    """
+
+    def __init__(
+        self,
+        keyword: Callable[[str, int, Params], Call],
+        weights: Mapping[str, float] = DEFAULT_WEIGHTS,
+    ) -> None:
+        self.keyword = keyword
+        self.weights = weights
+
+    def find(self, query: str, k: int, params: Params, *, embeddings: bool) -> Flow:
+        found = yield Search(query, k, params.filter, params.where_document, embeddings=True)
+        keyword: list[tuple[str, float]] = yield self.keyword(query, k, params)
+        vector = {document.id or "": n for n, document in enumerate(found.documents)}
+        fused = fuse(
+            {"vector": list(vector), "keyword": [chunk_id for chunk_id, _ in keyword]},
+            self.weights,
+        )[:k]
+        documents = {document.id or "": document for document in found.documents}
+        vectors = {
+            document.id or "": vector
+            for document, vector in zip(found.documents, found.embeddings, strict=True)
+        }
+        distances = dict(zip(vector, found.distances, strict=True))
+        unread = [item.id for item in fused if item.id not in documents]
+        if unread:
+            neighbours = Neighbours(params, embeddings=True)
+            extra = yield Fetch(unread, neighbours.where, params.where_document, embeddings=True)
+            for document, stored in zip(extra.documents, extra.embeddings, strict=True):
+                if neighbours.predicate is None or neighbours.predicate(document.metadata):
+                    documents[document.id or ""] = document
+                    vectors[document.id or ""] = stored
+            distances |= to_query(found.query_embedding, found.space, vectors, unread)
+        hits = [
+            replace(
+                read_hit(documents[item.id], distances[item.id], strict=params.strict),
+                ranks=item.ranks,
+            )
+            for item in fused
+            if item.id in documents and item.id in distances
+        ]
+        kept, chunks = placed(unique(hits))
+        return Pool(
+            kept,
+            chunks,
+            fetched=set(chunks),
+            vectors=vectors,
+            query_embedding=found.query_embedding,
+            space=found.space,
+            returned=max(len(found.documents), len(keyword)),
+            fused=True,
+        )
+
+
+class RetrieverHits(CandidateSource):
+    """Any LangChain retriever's documents as hits: an ensemble, a reranker, MMR, multi-query.
+
+    The documents must carry ``WindowSplitter``'s metadata (they come from the same store).
+    They are read again from the store by id, in one fetch under the caller's filters (another
+    retriever may not apply them: a chunk they hide never comes back), with their stored
+    vectors, so each hit gets its true distance to the query; the hits keep the retriever's
+    order, and its first ``k`` are used.
+    """
+
+    def __init__(self, retriever: Any, embed_query: Callable[[str], Call]) -> None:
+        self.retriever = retriever
+        self.embed_query = embed_query
+
+    def find(self, query: str, k: int, params: Params, *, embeddings: bool) -> Flow:
+        retriever = self.retriever
+        given = yield Call(lambda: retriever.invoke(query), lambda: retriever.ainvoke(query))
+        ids = list(dict.fromkeys(_hit_id(document) for document in given))
+        ids = [chunk_id for chunk_id in ids if chunk_id][:k]
+        query_vector = yield self.embed_query(query)
+        neighbours = Neighbours(params, embeddings=True)
+        found = yield Fetch(ids, neighbours.where, params.where_document, embeddings=True)
+        documents = {document.id or "": document for document in found.documents}
+        vectors = {
+            document.id or "": vector
+            for document, vector in zip(found.documents, found.embeddings, strict=True)
+        }
+        distances = to_query(query_vector, found.space, vectors, ids)
+        hits = [
+            read_hit(documents[chunk_id], distances[chunk_id], strict=params.strict)
+            for chunk_id in ids
+            if chunk_id in documents
+            and chunk_id in distances
+            and (neighbours.predicate is None or neighbours.predicate(documents[chunk_id].metadata))
+        ]
+        kept, chunks = placed(unique(hits))
+        return Pool(
+            kept,
+            chunks,
+            fetched=set(chunks),
+            vectors=vectors,
+            query_embedding=query_vector,
+            space=found.space,
+            returned=len(given),
+            fused=True,
+        )
+
+
+def _hit_id(document: Any) -> str:
+    """The store id of another retriever's document: its ``id``, else its ``chunk_id``."""
+    metadata = getattr(document, "metadata", {}) or {}
+    return str(getattr(document, "id", None) or metadata.get(CHUNK_ID) or "")
 
 
 class Neighbours:
@@ -186,6 +318,34 @@ class TypicalLength:
         self._recent.extend(lengths)
         if self._recent:
             self._median = max(1, int(statistics.median_low(self._recent)))
+
+
+def to_query(
+    query: Sequence[float] | None,
+    space: Space,
+    vectors: Mapping[str, Sequence[float]],
+    ids: Iterable[str],
+) -> dict[str, float]:
+    """The store's own distance to the query of every chunk in ``ids`` whose vector came back.
+
+    The measure the search ranks by (squared L2, cosine or inner product), so computed and
+    searched distances are on one scale.
+    """
+    if query is None:
+        return {}
+    kept = [chunk_id for chunk_id in dict.fromkeys(ids) if len(vectors.get(chunk_id, ())) > 0]
+    if not kept:
+        return {}
+    matrix = np.asarray([vectors[chunk_id] for chunk_id in kept], dtype=np.float64)
+    q = np.asarray(query, dtype=np.float64)
+    if space == "l2":
+        distances = ((matrix - q) ** 2).sum(axis=1)
+    elif space == "ip":
+        distances = 1.0 - matrix @ q
+    else:
+        norms = np.linalg.norm(matrix, axis=1) * max(float(np.linalg.norm(q)), 1e-12)
+        distances = 1.0 - matrix @ q / np.clip(norms, 1e-12, None)
+    return {chunk_id: float(value) for chunk_id, value in zip(kept, distances, strict=True)}
 
 
 def located(found: Sequence[tuple[str, float]]) -> list[Hit] | None:

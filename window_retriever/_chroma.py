@@ -46,6 +46,7 @@ class ChromaWindowStore(WindowStore, AsyncWindowStore):
 
     supports_search_ids: ClassVar[bool] = True
     supports_embeddings: ClassVar[bool] = True
+    supports_keyword_search: ClassVar[bool] = True
 
     def __init__(self, vectorstore: Any) -> None:
         self.vectorstore = vectorstore
@@ -74,6 +75,16 @@ class ChromaWindowStore(WindowStore, AsyncWindowStore):
         with store_errors(self.vectorstore):
             result = self.vectorstore._collection.query(**_ids_query_arguments(request, vector))
         return list(zip(result["ids"][0], map(float, result["distances"][0]), strict=True))
+
+    def keyword_search(
+        self, query: str, k: int, where: Where | None, where_document: Where | None
+    ) -> IdHits:
+        """BM25 over the collection's chunks (``window_retriever._keyword``, built on first use)."""
+        from window_retriever._keyword import KeywordIndex
+
+        return KeywordIndex.for_store(self.vectorstore).search(
+            query, k, where=where, where_document=where_document
+        )
 
     def space(self) -> Space:
         """The collection's distance space, as Chroma configures it (``"l2"`` by default)."""

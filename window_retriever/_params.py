@@ -21,7 +21,10 @@ from window_retriever._windows import MODES, Mode
 Expansion = Literal["static", "adaptive"]
 EXPANSIONS: tuple[Expansion, ...] = ("static", "adaptive")
 
+CANDIDATES = ("vector", "hybrid")
+
 OVERRIDABLE = (
+    "candidates",
     "k",
     "fetch_k",
     "window_budget",
@@ -53,6 +56,9 @@ class Params:
     where_document: Mapping[str, Any] | None
     length_function: Callable[[str], int]
     strict: bool
+    candidates: Any = None
+    """``"vector"``, ``"hybrid"``, a LangChain retriever whose hits grow into windows, or
+    ``None``: hybrid with a total budget where the store has a keyword search, else vector."""
 
     @property
     def adaptive(self) -> bool:
@@ -75,7 +81,6 @@ def resolve(
         )
         raise ConfigurationError(msg)
     values = {name: fields[name] for name in OVERRIDABLE} | dict(overrides)
-    k = _positive_int("k", values["k"], "the number of windows to return")
     budget = _positive_int(
         "window_budget", values["window_budget"], "the largest length of one window"
     )
@@ -84,6 +89,10 @@ def resolve(
         total_budget = _positive_int(
             "total_budget", total_budget, "the most all windows may measure together"
         )
+    k = values["k"]
+    if k is None:
+        k = default_k(total_budget)
+    k = _positive_int("k", k, "the number of windows to return")
     expansion = _expansion(values["expansion"], total_budget)
     coherence = values["coherence"]
     if (
@@ -107,6 +116,7 @@ def resolve(
         msg = "length_function must be callable, e.g. len or a token counter"
         raise ConfigurationError(msg)
     return Params(
+        candidates=_candidates(values["candidates"]),
         k=k,
         fetch_k=fetch_k,
         window_budget=budget,
@@ -119,6 +129,36 @@ def resolve(
         length_function=length_function,
         strict=strict,
     )
+
+
+def default_k(total_budget: int | None) -> int:
+    """How many windows by default: 4, or one per 200 of a total budget (at least 4).
+
+    A total budget binds before ``k`` does: 2,000 characters of 400-character chunks fit about
+    five whole chunks, so ``k`` must not stop a budget from being spent on more, smaller
+    windows where they are worth it.
+    """
+    return 4 if total_budget is None else max(4, total_budget // 200)
+
+
+def _candidates(value: Any) -> Any:
+    if value is None:
+        return None  # decided with the store: see ContextWindowRetriever.candidates
+    if isinstance(value, str):
+        if value not in CANDIDATES:
+            msg = (
+                f"candidates must be one of {', '.join(map(repr, CANDIDATES))} or a LangChain "
+                f"retriever, got {value!r}"
+            )
+            raise ConfigurationError(msg)
+        return value
+    if not (callable(getattr(value, "invoke", None)) and callable(getattr(value, "ainvoke", None))):
+        msg = (
+            "candidates must be 'vector', 'hybrid' or a LangChain retriever (with invoke and "
+            f"ainvoke), got {type(value).__name__}"
+        )
+        raise ConfigurationError(msg)
+    return value
 
 
 def _expansion(expansion: Any, total_budget: int | None) -> Expansion:

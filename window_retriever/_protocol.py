@@ -155,6 +155,8 @@ class WindowStore(ABC):
     supports_embeddings: ClassVar[bool] = False
     """True when requests with ``embeddings=True`` are answered (rule 5). Without it the
     retriever refuses ``expansion="adaptive"`` with a ``ConfigurationError``."""
+    supports_keyword_search: ClassVar[bool] = False
+    """True when :meth:`keyword_search` is implemented: ``candidates="hybrid"`` needs it."""
 
     # ---- reads (the retriever) -------------------------------------------------------------
 
@@ -169,6 +171,16 @@ class WindowStore(ABC):
     def search_ids(self, request: SearchIds) -> IdHits:
         """``(id, distance)`` pairs, best first (only if ``supports_search_ids``)."""
         raise NotImplementedError(_lacks(self, "search_ids"))
+
+    def keyword_search(
+        self, query: str, k: int, where: Where | None, where_document: Where | None
+    ) -> IdHits:
+        """``(id, score)`` pairs of a keyword (BM25) search, best (highest score) first.
+
+        At most ``k``, only chunks that hold a word of the query, under the filters (rule 3),
+        over exactly the chunks stored (only if ``supports_keyword_search``).
+        """
+        raise NotImplementedError(_lacks(self, "keyword_search"))
 
     # ---- writes (ingestion) ----------------------------------------------------------------
 

@@ -70,7 +70,7 @@ def unique(hits: Sequence[Hit]) -> list[Hit]:
     kept: list[Hit] = []
     for rank, hit in enumerate(hits):
         if not hit.chunk.id:
-            hit = Hit(replace(hit.chunk, id=f"#hit-{rank}"), hit.distance)
+            hit = replace(hit, chunk=replace(hit.chunk, id=f"#hit-{rank}"))
         if hit.chunk.id not in seen:
             seen.add(hit.chunk.id)
             kept.append(hit)
@@ -160,6 +160,8 @@ def to_document(window: Window, *, over_budget: bool = False) -> Document:
     if window.start_index is not None:
         metadata[START_INDEX] = window.start_index
         metadata["end_index"] = window.end_index
+    if any(hit.ranks for hit in window.hits):
+        metadata["hit_ranks"] = [dict(hit.ranks) for hit in window.hits]
     if over_budget:
         metadata["over_budget"] = True
     document_id = (

@@ -22,10 +22,17 @@ from langchain_core.retrievers import BaseRetriever
 from pydantic import ConfigDict, Field, PrivateAttr, ValidationError, model_validator
 
 from window_retriever._adaptive import DEFAULT_COHERENCE
-from window_retriever._candidates import TypicalLength, VectorSearch
+from window_retriever._candidates import (
+    Call,
+    CandidateSource,
+    HybridSearch,
+    RetrieverHits,
+    TypicalLength,
+    VectorSearch,
+)
 from window_retriever._errors import ConfigurationError
 from window_retriever._params import OVERRIDABLE, Expansion, Params, describe, resolve
-from window_retriever._protocol import Request, WindowStore, aexecute, execute
+from window_retriever._protocol import IdHits, Request, WindowStore, aexecute, execute, in_thread
 from window_retriever._stores import store_adapter
 from window_retriever._strategies import strategy_for
 from window_retriever._windows import DEFAULT_WINDOW_BUDGET, Mode
@@ -87,8 +94,18 @@ class ContextWindowRetriever(BaseRetriever):
     """A ``langchain_chroma.Chroma`` holding chunks from ``WindowSplitter``, or any object that
     implements ``window_retriever.WindowStore``."""
 
-    k: int = Field(default=4, strict=True)
-    """How many windows to return; with ``total_budget``, the most windows to return."""
+    candidates: Any = None
+    """Where the hits come from: ``"vector"`` (the store's similarity search), ``"hybrid"``
+    (vector and BM25 keyword search fused by reciprocal rank, vector weighted 2 to 1; Chroma
+    stores), or any LangChain retriever over the same store (an ensemble, a reranker, MMR,
+    multi-query) whose documents carry ``WindowSplitter``'s metadata. ``None`` (the default):
+    hybrid with ``total_budget`` where the store has a keyword search (it won on both dev
+    sets at every budget), vector otherwise. Under hybrid a window's ``score`` is still the
+    minimum vector distance of its hits; ``hit_ranks`` says which legs found each hit."""
+
+    k: int | None = Field(default=None, strict=True)
+    """How many windows to return: 4 by default. With ``total_budget``, the most windows to
+    return: by default one per 200 of the budget (at least 4), so the budget binds first."""
 
     window_budget: int = Field(default=DEFAULT_WINDOW_BUDGET, strict=True)
     """The largest ``length_function`` of one grown window (characters by default). A hit
@@ -160,7 +177,7 @@ class ContextWindowRetriever(BaseRetriever):
                 request = flow.send(response)
             except StopIteration as done:
                 return done.value  # type: ignore[no-any-return]
-            response = execute(store, request)
+            response = request.run() if isinstance(request, Call) else execute(store, request)
 
     async def _aget_relevant_documents(
         self, query: str, *, run_manager: AsyncCallbackManagerForRetrieverRun, **kwargs: Any
@@ -173,20 +190,67 @@ class ContextWindowRetriever(BaseRetriever):
                 request = flow.send(response)
             except StopIteration as done:
                 return done.value  # type: ignore[no-any-return]
-            response = await aexecute(store, request)
+            if isinstance(request, Call):
+                response = await request.arun()
+            else:
+                response = await aexecute(store, request)
 
     def _flow(
         self, query: str, params: Params, store: WindowStore
-    ) -> Generator[Request, Any, list[Document]]:
+    ) -> Generator[Request | Call, Any, list[Document]]:
         """The whole retrieval: candidates, then the strategy's fetch and selection."""
         if not isinstance(query, str):
             msg = f"the query must be a string, got {type(query).__name__}"
             raise ConfigurationError(msg)
-        source = VectorSearch(locates=store.supports_search_ids)
+        source = self._source(params, store)
         documents: list[Document] = yield from strategy_for(params, self._lengths).run(
             query, params, source
         )
         return documents
+
+    def _source(self, params: Params, store: WindowStore) -> CandidateSource:
+        """Where the hits come from: the store's vector search, hybrid, or another retriever."""
+        choice = params.candidates
+        if (
+            choice is None
+        ):  # the best measured: hybrid where a budget is shared (docs/benchmarks.md)
+            budgeted = params.total_budget is not None and store.supports_keyword_search
+            choice = "hybrid" if budgeted else "vector"
+        if choice == "vector":
+            return VectorSearch(locates=store.supports_search_ids)
+        if choice == "hybrid":
+            return HybridSearch(self._keyword(store))
+        embedder = store.embeddings
+        if embedder is None:
+            msg = (
+                "candidates=<retriever> needs the store's embedding model to measure its hits; "
+                "create the store with an embedding_function"
+            )
+            raise ConfigurationError(msg)
+        return RetrieverHits(
+            params.candidates,
+            lambda query: Call(
+                lambda: embedder.embed_query(query), lambda: embedder.aembed_query(query)
+            ),
+        )
+
+    @staticmethod
+    def _keyword(store: WindowStore) -> Callable[[str, int, Params], Call]:
+        """The keyword leg: the store's BM25 search, run in a thread from async code."""
+        if not store.supports_keyword_search:
+            msg = (
+                "candidates='hybrid' needs a store with a keyword search, such as a "
+                f"langchain_chroma.Chroma; {type(store).__name__} has none: use candidates='vector'"
+            )
+            raise ConfigurationError(msg)
+
+        def call(query: str, k: int, params: Params) -> Call:
+            def run() -> IdHits:
+                return store.keyword_search(query, k, params.filter, params.where_document)
+
+            return Call(run, lambda: in_thread(run))
+
+        return call
 
     def _params(self, overrides: dict[str, Any]) -> Params:
         fields = {name: getattr(self, name) for name in OVERRIDABLE}

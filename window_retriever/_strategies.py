@@ -14,9 +14,6 @@ windows as documents. The pure work (plans, growth, merging, selection) is in ``
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
-
-import numpy as np
 
 from window_retriever._adaptive import plan_adaptive_fetch, select_adaptive
 from window_retriever._candidates import (
@@ -27,15 +24,13 @@ from window_retriever._candidates import (
     TypicalLength,
     VectorSearch,
     absorbed,
+    to_query,
 )
 from window_retriever._ids import make_chunk_id
 from window_retriever._params import Params
-from window_retriever._protocol import Space
 from window_retriever._records import to_document
 from window_retriever._windows import (
     Assembly,
-    Chunk,
-    Hit,
     Measure,
     Position,
     Window,
@@ -140,7 +135,7 @@ class Adaptive(_Budgeted):
         return select_adaptive(
             pool.hits,
             pool.chunks,
-            relevance(pool.query_embedding, pool.space, pool.chunks, pool.hits, pool.vectors),
+            relevance(pool),
             k=params.k,
             total_budget=params.total_budget or 0,
             window_budget=params.window_budget,
@@ -269,31 +264,25 @@ class StaticWindows(Strategy):
         )
 
 
-def relevance(
-    query: Sequence[float] | None,
-    space: Space,
-    chunks: Mapping[Position, Chunk],
-    hits: Sequence[Hit],
-    vectors: Mapping[str, Sequence[float]],
-) -> dict[str, float]:
-    """Minus the store's own distance to the query, for every chunk whose embedding came back.
+def relevance(pool: Pool) -> dict[str, float]:
+    """Minus each chunk's distance to the query (higher is better), for adaptive selection.
 
-    The same measure the search ranked by (squared L2, cosine or inner product), so hits keep
-    the search's order and neighbours are measured on the same scale.
+    Fused hits come in fused order, not by distance; each then takes at least the relevance
+    of the hit at its rank in the vector order, so the fused ranking decides which hits are
+    best while neighbours are still measured against hits on the vector scale.
     """
-    if query is None:
-        return {}
-    ids = list(dict.fromkeys([*(c.id for c in chunks.values()), *(h.chunk.id for h in hits)]))
-    ids = [chunk_id for chunk_id in ids if len(vectors.get(chunk_id, ())) > 0]
-    if not ids:
-        return {}
-    matrix = np.asarray([vectors[chunk_id] for chunk_id in ids], dtype=np.float64)
-    q = np.asarray(query, dtype=np.float64)
-    if space == "l2":
-        distances = ((matrix - q) ** 2).sum(axis=1)
-    elif space == "ip":
-        distances = 1.0 - matrix @ q
-    else:
-        norms = np.linalg.norm(matrix, axis=1) * max(float(np.linalg.norm(q)), 1e-12)
-        distances = 1.0 - matrix @ q / np.clip(norms, 1e-12, None)
-    return {chunk_id: -float(value) for chunk_id, value in zip(ids, distances, strict=True)}
+    ids = [*(c.id for c in pool.chunks.values()), *(h.chunk.id for h in pool.hits)]
+    values = {
+        chunk_id: -distance
+        for chunk_id, distance in to_query(
+            pool.query_embedding, pool.space, pool.vectors, ids
+        ).items()
+    }
+    if pool.fused:
+        ranked = sorted(
+            (values[h.chunk.id] for h in pool.hits if h.chunk.id in values), reverse=True
+        )
+        for hit, value in zip(pool.hits, ranked, strict=False):
+            if hit.chunk.id in values:
+                values[hit.chunk.id] = max(values[hit.chunk.id], value)
+    return values

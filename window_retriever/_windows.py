@@ -78,6 +78,8 @@ class Hit:
 
     chunk: Chunk
     distance: float
+    ranks: tuple[tuple[str, int], ...] = ()
+    """Fused candidates only: each leg that found the chunk, with its rank there (from 1)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -28,7 +28,7 @@ class Config:
 WINDOW_OPTIONS = tuple(name for name in OVERRIDABLE if name not in ("filter", "where_document"))
 _WINDOW_HELP = (
     "window[:total_budget=N|none;expansion=adaptive|static;window_budget=N;"
-    "mode=both|prev|next;k=N;fetch_k=N;coherence=X]"
+    "mode=both|prev|next;k=N;fetch_k=N;coherence=X;candidates=vector|hybrid]"
 )
 
 
@@ -66,7 +66,11 @@ def parse_configs(text: str | Sequence[str]) -> list[Config]:
                         f"option {key}={value} in configuration {item.strip()!r} must be at least 1"
                     )
                     raise ConfigurationError(msg)
-            choices = {"mode": ("both", "next", "prev"), "expansion": ("adaptive", "static")}
+            choices = {
+                "mode": ("both", "next", "prev"),
+                "expansion": ("adaptive", "static"),
+                "candidates": ("vector", "hybrid"),
+            }
             if key in choices and value not in choices[key]:
                 msg = (
                     f"option {key}={value} in configuration {item.strip()!r} must be one of "

@@ -10,6 +10,7 @@ from window_retriever._stores import (
     IdHits,
     Search,
     SearchIds,
+    Where,
     WindowStore,
     execute,
     store_adapter,
@@ -32,6 +33,13 @@ class CountingStore(WindowStore):
     def __init__(self, vectorstore: Any) -> None:
         self.store = store_adapter(vectorstore)
         self.calls = 0
+        self.supports_keyword_search = self.store.supports_keyword_search  # type: ignore[misc]
+
+    def keyword_search(
+        self, query: str, k: int, where: Where | None, where_document: Where | None
+    ) -> IdHits:
+        """Search the wrapped store's keyword index (not a store call: not counted)."""
+        return self.store.keyword_search(query, k, where, where_document)
 
     def count(self) -> int:
         """The calls so far."""

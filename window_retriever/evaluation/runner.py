@@ -84,8 +84,8 @@ def make_retrieve(
             own = dict(arguments)
             if fixed_total is None:
                 own["total_budget"] = budget
-            if "k" not in own:
-                own["k"] = k_for(budget, own)
+            if "k" not in own and own.get("total_budget") is None:
+                own["k"] = k_for(budget, own)  # with a total budget: the retriever's default
             retriever = retrievers[budget] = ContextWindowRetriever(
                 vectorstore=counter if counter is not None else vectorstore, **own
             )

@@ -1,0 +1,244 @@
+"""Hybrid candidates: reciprocal rank fusion, keyword + vector hits, and any retriever's hits.
+
+Real (in-memory) Chroma with fake embeddings, so the vector leg ranks at random: what the
+keyword leg finds is then plainly its doing.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pytest
+from langchain_chroma import Chroma
+from langchain_core.callbacks import CallbackManagerForRetrieverRun
+from langchain_core.documents import Document
+from langchain_core.retrievers import BaseRetriever
+from langchain_text_splitters import RecursiveCharacterTextSplitter
+
+from window_retriever import (
+    ConfigurationError,
+    ContextWindowRetriever,
+    MemoryWindowStore,
+    WindowSplitter,
+    add_chunks,
+)
+from window_retriever._fusion import fuse
+
+# ---- fusion on hand-made rankings -----------------------------------------------------------
+
+
+def ids(fused: list[Any]) -> list[str]:
+    return [item.id for item in fused]
+
+
+def test_a_leg_of_weight_zero_is_off_and_the_other_leg_is_reproduced() -> None:
+    rankings = {"vector": ["a", "b", "c", "d"], "keyword": ["d", "x", "a", "y"]}
+    assert ids(fuse(rankings, {"vector": 1.0, "keyword": 0.0})) == ["a", "b", "c", "d"]
+    assert ids(fuse(rankings, {"vector": 0.0, "keyword": 1.0})) == ["d", "x", "a", "y"]
+
+
+def test_scores_are_weighted_reciprocal_ranks_summed_over_legs() -> None:
+    fused = fuse({"vector": ["a", "b"], "keyword": ["b", "c"]}, {"vector": 2.0, "keyword": 1.0})
+    by_id = {item.id: item for item in fused}
+    assert by_id["b"].score == pytest.approx(2 / 62 + 1 / 61)
+    assert by_id["a"].score == pytest.approx(2 / 61)
+    assert by_id["c"].score == pytest.approx(1 / 62)
+    assert ids(fused) == ["b", "a", "c"]
+    assert by_id["b"].ranks == (("keyword", 1), ("vector", 2))
+
+
+def test_ties_go_to_the_heavier_legs_rank_then_the_id_whatever_the_input_order() -> None:
+    # equal weights: a (vector 1) and b (keyword 1) tie exactly
+    one = fuse({"vector": ["a"], "keyword": ["b"]}, {"vector": 1.0, "keyword": 1.0})
+    two = fuse({"keyword": ["b"], "vector": ["a"]}, {"vector": 1.0, "keyword": 1.0})
+    assert ids(one) == ids(two)  # legs of equal weight: by name, never by the input order
+    heavier = fuse({"vector": ["a", "z"], "keyword": ["z", "b"]}, {"vector": 1.0, "keyword": 1.0})
+    assert ids(heavier)[0] == "z"
+
+
+def test_pools_of_different_sizes_and_repeats() -> None:
+    fused = fuse({"vector": ["a", "a", "b"], "keyword": []})
+    assert ids(fused) == ["a", "b"]
+    assert dict(fused[1].ranks) == {"vector": 3}  # a repeat still takes its rank
+    assert fuse({"vector": [], "keyword": []}) == []
+    with pytest.raises(ValueError, match="must not be negative"):
+        fuse({"vector": ["a"]}, {"vector": -1.0})
+
+
+# ---- hybrid candidates through the retriever -----------------------------------------------
+
+TOPICS = {
+    "tenant-a": "Apples and pears grow in the orchard. " * 20,
+    "tenant-b": "Pears and plums ripen late. " * 20,
+}
+
+
+def pages(store: Chroma, texts: dict[str, str]) -> list[Document]:
+    splitter = WindowSplitter(
+        RecursiveCharacterTextSplitter(chunk_size=120, chunk_overlap=20, add_start_index=True)
+    )
+    chunks = splitter.split_documents(
+        [
+            Document(page_content=text, metadata={"source": name, "tenant": name.split("/")[0]})
+            for name, text in texts.items()
+        ]
+    )
+    add_chunks(store, chunks)
+    return chunks
+
+
+def with_term(text: str, term: str, at: int) -> str:
+    """``text`` with ``term`` written once, near character ``at``."""
+    cut = text.index(". ", at) + 2
+    return f"{text[:cut]}Set {term} to retry. {text[cut:]}"
+
+
+@pytest.fixture
+def store(make_store: Callable[..., Chroma]) -> Chroma:
+    store = make_store()
+    pages(
+        store,
+        {
+            "tenant-a/guide": with_term(TOPICS["tenant-a"], "max_retries_xq", 700),
+            "tenant-b/guide": with_term(TOPICS["tenant-b"], "secret_flag_zz", 300),
+            "tenant-a/other": TOPICS["tenant-b"],
+        },
+    )
+    return store
+
+
+def test_a_chunk_both_legs_find_comes_first_and_grows_into_a_window(store: Chroma) -> None:
+    # fetch_k above the store's size: the vector leg ranks every chunk (at random, with fake
+    # embeddings); the keyword leg's first place lifts the one holding the term above them all
+    for arguments in (
+        {"k": 2, "fetch_k": 60},
+        {"total_budget": 600, "fetch_k": 60},
+        {"total_budget": 600, "fetch_k": 60, "expansion": "static"},
+    ):
+        hybrid = ContextWindowRetriever(vectorstore=store, candidates="hybrid", **arguments)
+        docs = hybrid.invoke("max_retries_xq")
+        found = [d for d in docs if "max_retries_xq" in d.page_content]
+        assert found, arguments
+        legs = dict(
+            zip(found[0].metadata["hit_chunk_ids"], found[0].metadata["hit_ranks"], strict=True)
+        )
+        assert any(ranks.get("keyword") == 1 and "vector" in ranks for ranks in legs.values())
+    vector = ContextWindowRetriever(vectorstore=store, candidates="vector", k=1, fetch_k=60)
+    assert "hit_ranks" not in vector.invoke("max_retries_xq")[0].metadata
+
+
+def test_a_keyword_hit_the_filter_hides_never_comes_back(store: Chroma) -> None:
+    hybrid = ContextWindowRetriever(vectorstore=store, candidates="hybrid", total_budget=2000)
+    for where in (
+        {"tenant": "tenant-a"},
+        {"tenant": {"$ne": "tenant-b"}},
+        {"$or": [{"tenant": "tenant-a"}, {"tenant": "none"}]},
+    ):
+        docs = hybrid.invoke("secret_flag_zz", filter=where)
+        assert docs
+        assert all(d.metadata["tenant"] == "tenant-a" for d in docs), where
+        assert not any("secret_flag_zz" in d.page_content for d in docs)
+    docs = hybrid.invoke("secret_flag_zz", filter={"tenant": "tenant-b"})
+    assert any("secret_flag_zz" in d.page_content for d in docs)
+
+
+def test_a_fused_windows_score_is_the_true_minimum_distance_of_its_hits(store: Chroma) -> None:
+    embeddings = store.embeddings
+    assert embeddings is not None
+    query = "max_retries_xq"
+    q = np.asarray(embeddings.embed_query(query))
+    docs = ContextWindowRetriever(vectorstore=store, candidates="hybrid", k=3).invoke(query)
+    stored = store.get(
+        ids=[i for d in docs for i in d.metadata["hit_chunk_ids"]], include=["embeddings"]
+    )
+    vectors = dict(zip(stored["ids"], stored["embeddings"], strict=True))
+    for doc in docs:
+        distances = [
+            float(((np.asarray(vectors[i]) - q) ** 2).sum()) for i in doc.metadata["hit_chunk_ids"]
+        ]
+        assert doc.metadata["hit_scores"] == pytest.approx(distances, rel=1e-4)
+        assert doc.metadata["score"] == pytest.approx(min(distances), rel=1e-4)
+
+
+async def test_hybrid_async_gives_the_sync_windows(store: Chroma) -> None:
+    hybrid = ContextWindowRetriever(vectorstore=store, candidates="hybrid", total_budget=800)
+    assert await hybrid.ainvoke("max_retries_xq") == hybrid.invoke("max_retries_xq")
+
+
+def test_hybrid_needs_a_chroma_store_and_candidates_are_checked(store: Chroma) -> None:
+    from langchain_core.embeddings import DeterministicFakeEmbedding
+
+    memory = MemoryWindowStore(DeterministicFakeEmbedding(size=8))
+    with pytest.raises(
+        ConfigurationError,
+        match=r"candidates='hybrid' needs a store with a keyword search.*MemoryWindowStore has none",
+    ):
+        ContextWindowRetriever(vectorstore=memory, candidates="hybrid").invoke("x")
+    with pytest.raises(ConfigurationError, match=r"candidates must be one of 'vector', 'hybrid'"):
+        ContextWindowRetriever(vectorstore=store, candidates="bm25")
+    with pytest.raises(ConfigurationError, match=r"a LangChain retriever .*got int"):
+        ContextWindowRetriever(vectorstore=store, candidates=3)
+
+
+# ---- windows from any retriever's hits -----------------------------------------------------
+
+
+class Everything(BaseRetriever):
+    """A retriever that ignores filters: returns the chunks holding the query's words."""
+
+    chunks: list[Document]
+
+    def _get_relevant_documents(
+        self, query: str, *, run_manager: CallbackManagerForRetrieverRun
+    ) -> list[Document]:
+        return [c for c in self.chunks if query in c.page_content]
+
+
+def test_windows_grow_from_another_retrievers_hits_under_the_callers_filter(
+    make_store: Callable[..., Chroma],
+) -> None:
+    store = make_store()
+    chunks = pages(
+        store,
+        {
+            "tenant-a/guide": with_term(TOPICS["tenant-a"], "shared_term", 400),
+            "tenant-b/guide": with_term(TOPICS["tenant-b"], "shared_term", 400),
+        },
+    )
+    other = Everything(chunks=[Document(c.page_content, metadata=c.metadata) for c in chunks])
+    retriever = ContextWindowRetriever(vectorstore=store, candidates=other, total_budget=1000)
+    docs = retriever.invoke("shared_term")
+    assert {d.metadata["tenant"] for d in docs} == {"tenant-a", "tenant-b"}
+    assert all(len(d.metadata["chunk_ids"]) >= 1 for d in docs)
+    assert any(len(d.metadata["chunk_ids"]) > 1 for d in docs)  # grown beyond the hit
+    only_a = retriever.invoke("shared_term", filter={"tenant": "tenant-a"})
+    assert only_a and {d.metadata["tenant"] for d in only_a} == {"tenant-a"}
+    static = ContextWindowRetriever(vectorstore=store, candidates=other, k=2)
+    assert all("shared_term" in d.page_content for d in static.invoke("shared_term"))
+
+
+def test_windows_from_an_ensemble_retriever(store: Chroma) -> None:
+    from langchain_classic.retrievers import EnsembleRetriever
+
+    ensemble = EnsembleRetriever(
+        retrievers=[
+            store.as_retriever(search_kwargs={"k": 4}),
+            store.as_retriever(search_type="mmr", search_kwargs={"k": 4, "fetch_k": 10}),
+        ]
+    )
+    docs = ContextWindowRetriever(vectorstore=store, candidates=ensemble, total_budget=900).invoke(
+        "pears"
+    )
+    assert docs
+    assert sum(len(d.page_content) for d in docs) <= 900
+    assert all(math.isfinite(d.metadata["score"]) for d in docs)
+
+
+def test_k_defaults_to_one_window_per_200_of_a_total_budget(store: Chroma) -> None:
+    assert ContextWindowRetriever(vectorstore=store)._params({}).k == 4
+    assert ContextWindowRetriever(vectorstore=store, total_budget=4000)._params({}).k == 20
+    assert ContextWindowRetriever(vectorstore=store, total_budget=500)._params({}).k == 4
+    assert ContextWindowRetriever(vectorstore=store, total_budget=4000, k=3)._params({}).k == 3
