@@ -14,9 +14,10 @@ from dataclasses import dataclass
 RRF_K = 60
 """The constant of reciprocal rank fusion: larger flattens the advantage of the top ranks."""
 
-DEFAULT_WEIGHTS: Mapping[str, float] = {"vector": 2.0, "keyword": 1.0}
-"""Vector search counts twice a keyword match: measured best of 1:1, 2:1 and 3:1 on the dev
-sets (see docs/benchmarks.md)."""
+DEFAULT_KEYWORD_WEIGHT = 0.5
+"""The keyword leg's weight against the vector leg's 1 (see docs/benchmarks.md)."""
+
+DEFAULT_WEIGHTS: Mapping[str, float] = {"vector": 1.0, "keyword": DEFAULT_KEYWORD_WEIGHT}
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,7 +21,7 @@ from window_retriever._windows import MODES, Mode
 Expansion = Literal["static", "adaptive"]
 EXPANSIONS: tuple[Expansion, ...] = ("static", "adaptive")
 
-CANDIDATES = ("vector", "hybrid")
+CANDIDATES = ("vector", "hybrid", "keyword")
 
 OVERRIDABLE = (
     "candidates",
@@ -31,6 +31,7 @@ OVERRIDABLE = (
     "total_budget",
     "expansion",
     "coherence",
+    "keyword_weight",
     "mode",
     "filter",
     "where_document",
@@ -56,6 +57,8 @@ class Params:
     where_document: Mapping[str, Any] | None
     length_function: Callable[[str], int]
     strict: bool
+    keyword_weight: float = 0.5
+    """Hybrid only: the keyword leg's weight in the fusion, the vector leg's being 1."""
     candidates: Any = None
     """``"vector"``, ``"hybrid"``, a LangChain retriever whose hits grow into windows, or
     ``None``: hybrid with a total budget where the store has a keyword search, else vector."""
@@ -115,7 +118,16 @@ def resolve(
     if not callable(length_function):
         msg = "length_function must be callable, e.g. len or a token counter"
         raise ConfigurationError(msg)
+    keyword_weight = values["keyword_weight"]
+    if (
+        isinstance(keyword_weight, bool)
+        or not isinstance(keyword_weight, int | float)
+        or not 0.0 <= keyword_weight <= 100.0
+    ):
+        msg = f"keyword_weight must be a number from 0 to 100, got {keyword_weight!r}"
+        raise ConfigurationError(msg)
     return Params(
+        keyword_weight=float(keyword_weight),
         candidates=_candidates(values["candidates"]),
         k=k,
         fetch_k=fetch_k,

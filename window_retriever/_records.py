@@ -8,6 +8,7 @@ id equal to its ``chunk_id``), and the provenance a window carries back for cita
 from __future__ import annotations
 
 import logging
+import unicodedata
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
@@ -168,3 +169,29 @@ def to_document(window: Window, *, over_budget: bool = False) -> Document:
         f"{first.file_id}:{first.index}-{last.index}" if first.file_id is not None else first.id
     )
     return Document(page_content=window.text, metadata=metadata, id=document_id)
+
+
+_PLACE_KEYS = ("source", FILE_ID, "first_chunk_index", "last_chunk_index", START_INDEX, "end_index")
+
+
+def once(documents: list[Document]) -> list[Document]:
+    """Each text once: a window whose text equals a better window's is left out.
+
+    Texts are compared after Unicode (NFKC) and whitespace normalisation only, so windows that
+    differ in a number, a date, a name or a "not" are different texts and both stay: such
+    near-duplicates are often the answer (this year's limit against last year's). The window
+    kept lists where else its text is stored under ``also_in`` (source, file, chunks, span), so
+    a citation can name every copy.
+    """
+    kept: dict[str, Document] = {}
+    result: list[Document] = []
+    for document in documents:
+        key = " ".join(unicodedata.normalize("NFKC", document.page_content).split())
+        first = kept.get(key)
+        if first is None:
+            kept[key] = document
+            result.append(document)
+            continue
+        place = {k: document.metadata[k] for k in _PLACE_KEYS if k in document.metadata}
+        first.metadata.setdefault("also_in", []).append(place)
+    return result

@@ -31,6 +31,7 @@ from window_retriever._candidates import (
     VectorSearch,
 )
 from window_retriever._errors import ConfigurationError
+from window_retriever._fusion import DEFAULT_KEYWORD_WEIGHT
 from window_retriever._params import OVERRIDABLE, Expansion, Params, describe, resolve
 from window_retriever._protocol import IdHits, Request, WindowStore, aexecute, execute, in_thread
 from window_retriever._stores import store_adapter
@@ -103,6 +104,10 @@ class ContextWindowRetriever(BaseRetriever):
     sets at every budget), vector otherwise. Under hybrid a window's ``score`` is still the
     minimum vector distance of its hits; ``hit_ranks`` says which legs found each hit."""
 
+    keyword_weight: float = DEFAULT_KEYWORD_WEIGHT
+    """Hybrid only: the weight of the keyword leg in reciprocal rank fusion, the vector leg's
+    being 1 (0 turns it off). The default was chosen on the two dev sets."""
+
     k: int | None = Field(default=None, strict=True)
     """How many windows to return: 4 by default. With ``total_budget``, the most windows to
     return: by default one per 200 of the budget (at least 4), so the budget binds first."""
@@ -170,14 +175,8 @@ class ContextWindowRetriever(BaseRetriever):
         self, query: str, *, run_manager: CallbackManagerForRetrieverRun, **kwargs: Any
     ) -> list[Document]:
         store = self._store()
-        flow = self._flow(query, self._params(kwargs), store)
-        response: Any = None
-        while True:
-            try:
-                request = flow.send(response)
-            except StopIteration as done:
-                return done.value  # type: ignore[no-any-return]
-            response = request.run() if isinstance(request, Call) else execute(store, request)
+        documents: list[Document] = _run(self._flow(query, self._params(kwargs), store), store)
+        return documents
 
     async def _aget_relevant_documents(
         self, query: str, *, run_manager: AsyncCallbackManagerForRetrieverRun, **kwargs: Any
@@ -194,6 +193,30 @@ class ContextWindowRetriever(BaseRetriever):
                 response = await request.arun()
             else:
                 response = await aexecute(store, request)
+
+    def hits(self, query: str, **kwargs: Any) -> list[Document]:
+        """The ``k`` hits windows would grow from, as plain chunks, best first; no neighbours.
+
+        What the candidate step finds (vector, hybrid or another retriever's hits) under the
+        same options and filters, each with its ``score`` (distance) and, fused, its
+        ``hit_ranks``: for inspecting retrieval, or as a plain top-chunks baseline.
+        """
+        store = self._store()
+        params = self._params(kwargs)
+        if not isinstance(query, str):
+            msg = f"the query must be a string, got {type(query).__name__}"
+            raise ConfigurationError(msg)
+        source = self._source(params, store)
+        pool = _run(source.find(query, params.k, params, embeddings=False), store)
+        return [
+            Document(
+                page_content=hit.chunk.text,
+                metadata={**hit.chunk.metadata, "score": hit.distance}
+                | ({"hit_ranks": dict(hit.ranks)} if hit.ranks else {}),
+                id=hit.chunk.id,
+            )
+            for hit in pool.hits[: params.k]
+        ]
 
     def _flow(
         self, query: str, params: Params, store: WindowStore
@@ -219,7 +242,10 @@ class ContextWindowRetriever(BaseRetriever):
         if choice == "vector":
             return VectorSearch(locates=store.supports_search_ids)
         if choice == "hybrid":
-            return HybridSearch(self._keyword(store))
+            weights = {"vector": 1.0, "keyword": params.keyword_weight}
+            return HybridSearch(self._keyword(store), weights)
+        if choice == "keyword":
+            return HybridSearch(self._keyword(store), {"vector": 0.0, "keyword": 1.0})
         embedder = store.embeddings
         if embedder is None:
             msg = (
@@ -264,3 +290,14 @@ class ContextWindowRetriever(BaseRetriever):
             self._adapted = adapted
             self._lengths = TypicalLength()
         return adapted[1]
+
+
+def _run(flow: Generator[Request | Call, Any, Any], store: WindowStore) -> Any:
+    """Drive a flow of requests to its end, synchronously; return what it returns."""
+    response: Any = None
+    while True:
+        try:
+            request = flow.send(response)
+        except StopIteration as done:
+            return done.value
+        response = request.run() if isinstance(request, Call) else execute(store, request)

@@ -28,7 +28,7 @@ from window_retriever._candidates import (
 )
 from window_retriever._ids import make_chunk_id
 from window_retriever._params import Params
-from window_retriever._records import to_document
+from window_retriever._records import once, to_document
 from window_retriever._windows import (
     Assembly,
     Measure,
@@ -76,7 +76,7 @@ class _Budgeted(Strategy):
         windows, over = self.select(pool, params, measure)
         if not over:
             windows = fit_total(windows, total, params.length_function)
-        return [to_document(window, over_budget=over) for window in windows]
+        return once([to_document(window, over_budget=over) for window in windows])
 
     @abstractmethod
     def plan(self, pool: Pool, params: Params, measure: Measure) -> list[Position]:
@@ -177,7 +177,7 @@ class StaticWindows(Strategy):
             assembly = yield from self._assemble(pool, wanted, params, neighbours)
             unread = any(hit.chunk.position not in pool.chunks for hit in pool.beyond)
             if len(assembly.windows) >= params.k or (pool.returned < fetch_k and not unread):
-                return [to_document(window) for window in assembly.windows]
+                return once([to_document(window) for window in assembly.windows])
             if unread:
                 lean = False  # fewer windows than planned: read every candidate
             else:

@@ -242,3 +242,30 @@ def test_k_defaults_to_one_window_per_200_of_a_total_budget(store: Chroma) -> No
     assert ContextWindowRetriever(vectorstore=store, total_budget=4000)._params({}).k == 20
     assert ContextWindowRetriever(vectorstore=store, total_budget=500)._params({}).k == 4
     assert ContextWindowRetriever(vectorstore=store, total_budget=4000, k=3)._params({}).k == 3
+
+
+# ---- duplicates ------------------------------------------------------------------------------
+
+
+def test_windows_of_the_same_text_come_back_once_with_every_copy_listed(
+    make_store: Callable[..., Chroma],
+) -> None:
+    store = make_store()
+    page = "The limit is 40 requests a minute. Retries wait ten seconds. " * 6
+    pages(
+        store,
+        {
+            "tenant-a/copy-1": page,
+            "tenant-a/copy-2": page.replace("  ", " "),  # the same text, spaced differently
+            "tenant-a/last-year": page.replace("40", "30"),  # differs in a number: kept
+        },
+    )
+    for arguments in ({"k": 3, "fetch_k": 30}, {"total_budget": 3000, "candidates": "vector"}):
+        docs = ContextWindowRetriever(vectorstore=store, **arguments).invoke(page[:60])
+        texts = [" ".join(d.page_content.split()) for d in docs]
+        assert len(texts) == len(set(texts)), arguments
+        copies = [d for d in docs if d.metadata.get("also_in")]
+        assert copies, arguments
+        listed = {place["source"] for d in copies for place in d.metadata["also_in"]}
+        assert listed <= {"tenant-a/copy-1", "tenant-a/copy-2"}
+        assert any("30 requests" in d.page_content for d in docs)

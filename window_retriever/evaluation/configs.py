@@ -1,4 +1,4 @@
-"""The configuration language: ``plain[:k=N]`` and ``window[:OPTION=VALUE;...]``, comma-separated.
+"""The configuration language: ``plain[:OPTION=VALUE;...]`` and ``window[:...]``, comma-separated.
 
 Each names a retrieval that :func:`~window_retriever.evaluation.runner.make_retrieve` builds.
 """
@@ -28,7 +28,7 @@ class Config:
 WINDOW_OPTIONS = tuple(name for name in OVERRIDABLE if name not in ("filter", "where_document"))
 _WINDOW_HELP = (
     "window[:total_budget=N|none;expansion=adaptive|static;window_budget=N;"
-    "mode=both|prev|next;k=N;fetch_k=N;coherence=X;candidates=vector|hybrid]"
+    "mode=both|prev|next;k=N;fetch_k=N;coherence=X;candidates=vector|hybrid|keyword;keyword_weight=X]"
 )
 
 
@@ -44,9 +44,12 @@ def parse_configs(text: str | Sequence[str]) -> list[Config]:
     for item in items:
         kind, _, rest = item.strip().partition(":")
         if kind not in ("plain", "window"):
-            msg = f"unknown configuration {kind!r}; use plain[:k=N] or {_WINDOW_HELP}"
+            msg = (
+                f"unknown configuration {kind!r}; use "
+                f"plain[:k=N;candidates=vector|hybrid|keyword] or {_WINDOW_HELP}"
+            )
             raise ConfigurationError(msg)
-        allowed = ("k",) if kind == "plain" else WINDOW_OPTIONS
+        allowed = ("k", "candidates") if kind == "plain" else WINDOW_OPTIONS
         options: dict[str, str] = {}
         for pair in filter(None, rest.split(";")):
             key, sep, value = pair.partition("=")
@@ -69,7 +72,7 @@ def parse_configs(text: str | Sequence[str]) -> list[Config]:
             choices = {
                 "mode": ("both", "next", "prev"),
                 "expansion": ("adaptive", "static"),
-                "candidates": ("vector", "hybrid"),
+                "candidates": ("vector", "hybrid", "keyword"),
             }
             if key in choices and value not in choices[key]:
                 msg = (

@@ -53,6 +53,17 @@ def make_retrieve(
     With a ``counter`` (a :class:`CountingStore` around the same store), the windowed
     configurations make their store calls through it, and ``plain`` counts its one search.
     """
+    if config.kind == "plain" and config.options.get("candidates", "vector") != "vector":
+        hits = ContextWindowRetriever(
+            vectorstore=counter if counter is not None else vectorstore,
+            candidates=config.options["candidates"],
+        )
+
+        def fused(question: Question, budget: int) -> list[Piece]:
+            k = int(config.options.get("k", max(4, budget // 100)))
+            return [_piece(doc) for doc in hits.hits(question.question, k=k, filter=question.where)]
+
+        return fused
     if config.kind == "plain":
 
         def plain(question: Question, budget: int) -> list[Piece]:
@@ -70,7 +81,7 @@ def make_retrieve(
     for key, value in options.items():
         if key in ("k", "fetch_k", "window_budget"):
             arguments[key] = _int_option(config, key, value)
-        elif key == "coherence":
+        elif key in ("coherence", "keyword_weight"):
             arguments[key] = _number_option(config, key, value)
         else:
             arguments[key] = value
