@@ -20,54 +20,16 @@ import tempfile
 import time
 
 from langchain_chroma import Chroma
-from langchain_core.documents import Document
 from langchain_core.embeddings import DeterministicFakeEmbedding, Embeddings
+from synthetic import synthetic_files
 
 from window_retriever import ContextWindowRetriever, WindowSplitter, add_chunks, default_embeddings
-
-WORDS = [
-    *[
-        "window",
-        "chunk",
-        "context",
-        "retrieval",
-        "budget",
-        "merge",
-        "file",
-        "store",
-        "query",
-        "answer",
-        "evidence",
-        "table",
-    ],
-    *[
-        "sentence",
-        "paragraph",
-        "section",
-        "source",
-        "index",
-        "neighbour",
-        "overlap",
-        "vector",
-        "search",
-        "token",
-    ],
-]
 
 
 def build(chunks: int, embeddings: Embeddings, directory: str) -> tuple[Chroma, list[str]]:
     """Ingest synthetic files of 50 chunks; return the store and sample chunk texts."""
     rng = random.Random(7)
-    per_file = 50
-    documents = []
-    for file_number in range(max(1, chunks // per_file)):
-        sentences = [
-            " ".join(rng.choice(WORDS) for _ in range(rng.randint(8, 16))).capitalize() + "."
-            for _ in range(per_file * 4)
-        ]
-        documents.append(
-            Document(page_content=" ".join(sentences), metadata={"source": f"doc-{file_number}"})
-        )
+    documents = synthetic_files(rng, chunks, 50, lambda number: {"source": f"doc-{number}"})
     split = WindowSplitter().split_documents(documents)
     store = Chroma(
         collection_name="bench", embedding_function=embeddings, persist_directory=directory

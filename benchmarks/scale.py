@@ -36,6 +36,7 @@ from typing import Any
 
 from langchain_core.documents import Document
 from langchain_core.embeddings import DeterministicFakeEmbedding
+from synthetic import synthetic_files
 
 from window_retriever import (
     ContextWindowRetriever,
@@ -47,11 +48,6 @@ from window_retriever import (
 )
 from window_retriever.evaluation import CountingStore
 
-WORDS = [
-    *("window", "chunk", "context", "retrieval", "budget", "merge", "file", "store"),
-    *("query", "answer", "evidence", "table", "sentence", "paragraph", "section", "source"),
-    *("index", "neighbour", "overlap", "vector", "search", "token"),
-]
 PER_FILE = 50
 TENANTS = 10
 
@@ -71,18 +67,12 @@ class Recorder(CountingStore):
 def corpus(chunks: int) -> tuple[list[Document], list[str]]:
     """Synthetic files of PER_FILE chunks, a tenant each; and query texts drawn from them."""
     rng = random.Random(7)
-    documents = []
-    for number in range(max(1, chunks // PER_FILE)):
-        sentences = [
-            " ".join(rng.choice(WORDS) for _ in range(rng.randint(8, 16))).capitalize() + "."
-            for _ in range(PER_FILE * 4)
-        ]
-        documents.append(
-            Document(
-                page_content=" ".join(sentences),
-                metadata={"source": f"doc-{number}", "tenant": f"t{number % TENANTS}"},
-            )
-        )
+    documents = synthetic_files(
+        rng,
+        chunks,
+        PER_FILE,
+        lambda number: {"source": f"doc-{number}", "tenant": f"t{number % TENANTS}"},
+    )
     split = WindowSplitter().split_documents(documents)
     texts = [c.page_content for c in rng.sample(split, min(len(split), 2000))]
     return split, [" ".join(t.split()[3:12]) for t in texts]

@@ -1,10 +1,14 @@
-"""Shared fixtures: real Chroma collections (in memory or on disk) and a spy on store calls."""
+"""Shared fixtures: real Chroma collections (in memory or on disk), a spy on store calls, and a
+heartbeat that tells whether async calls leave the event loop free."""
 
 from __future__ import annotations
 
+import asyncio
+import itertools
+import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 import chromadb
@@ -87,3 +91,23 @@ def spy_on(monkeypatch: pytest.MonkeyPatch) -> Callable[[Chroma], StoreSpy]:
         return spy
 
     return attach
+
+
+async def longest_pause(*calls: Awaitable[Any]) -> tuple[float, list[Any]]:
+    """Run ``calls`` together beside a heartbeat; return the longest pause between beats.
+
+    A store call that ran on the event loop would stall the heartbeat for as long as it takes.
+    """
+    beats: list[float] = []
+
+    async def heartbeat() -> None:
+        while True:
+            beats.append(time.perf_counter())
+            await asyncio.sleep(0.01)
+
+    ticker = asyncio.create_task(heartbeat())
+    await asyncio.sleep(0.02)
+    results = await asyncio.gather(*calls)
+    await asyncio.sleep(0.02)
+    ticker.cancel()
+    return max(b - a for a, b in itertools.pairwise(beats)), results

@@ -227,43 +227,16 @@ def test_query_prints_windows_and_json_under_a_tenant_filter(
     assert ingest(site, db, ["/bees.html"], "--metadata", "tenant=b") == 0
     capsys.readouterr()
     question = "What does the bees paragraph 5 explain?"
-    assert (
-        main(
-            [
-                "query",
-                question,
-                "--db",
-                str(db),
-                "-k",
-                "2",
-                "--window-budget",
-                "300",
-                "--filter",
-                '{"tenant": "a"}',
-            ]
-        )
-        == 0
-    )
+
+    def query(budget: str, tenant: str, *extra: str) -> int:
+        where = json.dumps({"tenant": tenant})
+        window = ["-k", "2", "--window-budget", budget, "--filter", where]
+        return main(["query", question, "--db", str(db), *window, *extra])
+
+    assert query("300", "a") == 0
     text = capsys.readouterr().out
     assert text.startswith("[1] ") and "score " in text and "»" in text and "wasps" not in text
-    assert (
-        main(
-            [
-                "query",
-                question,
-                "--db",
-                str(db),
-                "-k",
-                "2",
-                "--window-budget",
-                "200",
-                "--filter",
-                '{"tenant": "b"}',
-                "--json",
-            ]
-        )
-        == 0
-    )
+    assert query("200", "b", "--json") == 0
     results = json.loads(capsys.readouterr().out)
     assert [r["rank"] for r in results] == list(range(1, len(results) + 1))
     for result in results:

@@ -16,8 +16,9 @@ from urllib.parse import urlsplit
 import chromadb
 import pytest
 from chromadb.config import Settings
+from langchain_chroma import Chroma
 from langchain_core.documents import Document
-from langchain_core.embeddings import DeterministicFakeEmbedding
+from langchain_core.embeddings import DeterministicFakeEmbedding, Embeddings
 
 from tests.integration.conftest import TOKEN, GuardedProxy, fill, notes, unique
 from window_retriever import (
@@ -45,6 +46,23 @@ def new_tenant_and_database(chroma_server: str) -> tuple[str, str]:
     admin.create_tenant(tenant)
     admin.create_database(database, tenant=tenant)
     return tenant, database
+
+
+def filled_in_a_new_tenant(
+    chroma_server: str, name: str, embeddings: Embeddings
+) -> tuple[Chroma, str, str]:
+    """A collection ``name`` made and filled in a fresh tenant and database; and their names."""
+    tenant, database = new_tenant_and_database(chroma_server)
+    store = open_store(
+        url=chroma_server,
+        collection=name,
+        create=True,
+        tenant=tenant,
+        database=database,
+        embeddings=embeddings,
+    )
+    fill(store)
+    return store, tenant, database
 
 
 @pytest.mark.parametrize(
@@ -108,18 +126,9 @@ def test_a_password_never_appears_in_a_message(guarded_server: Guard) -> None:
 
 
 def test_tenant_and_database_are_passed_through(chroma_server: str) -> None:
-    tenant, database = new_tenant_and_database(chroma_server)
     embeddings = DeterministicFakeEmbedding(size=32)
     name = unique("tenancy")
-    store = open_store(
-        url=chroma_server,
-        collection=name,
-        create=True,
-        tenant=tenant,
-        database=database,
-        embeddings=embeddings,
-    )
-    fill(store)
+    store, tenant, database = filled_in_a_new_tenant(chroma_server, name, embeddings)
     # the same collection name in the default tenant is another collection (or none)
     with pytest.raises(StoreError, match=f"no collection '{name}'"):
         open_store(url=chroma_server, collection=name, embeddings=embeddings, environ={})
@@ -330,19 +339,10 @@ def test_filters_hold_on_the_async_server_path(chroma_server: str, options: dict
 
 
 def test_async_reads_the_tenant_and_database_the_store_was_opened_in(chroma_server: str) -> None:
-    tenant, database = new_tenant_and_database(chroma_server)
     name, embeddings = unique("same-name"), DeterministicFakeEmbedding(size=32)
     decoy = open_store(url=chroma_server, collection=name, create=True, embeddings=embeddings)
     decoy.add_texts(["DECOY text in the default tenant"], ids=["decoy"])
-    store = open_store(
-        url=chroma_server,
-        collection=name,
-        create=True,
-        tenant=tenant,
-        database=database,
-        embeddings=embeddings,
-    )
-    fill(store)
+    store, _, _ = filled_in_a_new_tenant(chroma_server, name, embeddings)
     retriever = ContextWindowRetriever(vectorstore=store, k=4)
     answers = asyncio.run(retriever.ainvoke("DECOY text in the default tenant"))
     assert answers and all("DECOY" not in doc.page_content for doc in answers)

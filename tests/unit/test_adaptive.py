@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -42,7 +43,7 @@ def hits_of(
     return [Hit(by_id[i], 1.0 - relevance[i]) for i in hit_ids]
 
 
-def select(
+def select_over(
     chunks: dict[Position, Chunk],
     relevance: dict[str, float],
     hit_ids: list[str],
@@ -52,10 +53,10 @@ def select(
     window_budget: int = 10_000,
     coherence: float = 0.5,
     mode: str = "both",
-) -> list[Window]:
-    hits = hits_of(chunks, relevance, hit_ids)
-    windows, over = select_adaptive(
-        hits,
+) -> tuple[list[Window], bool]:
+    """``select_adaptive`` on the hits named by ``hit_ids``, characters counted with ``len``."""
+    return select_adaptive(
+        hits_of(chunks, relevance, hit_ids),
         chunks,
         relevance,
         k=k,
@@ -65,6 +66,18 @@ def select(
         length_function=len,
         coherence=coherence,  # type: ignore[arg-type]
     )
+
+
+def select(
+    chunks: dict[Position, Chunk],
+    relevance: dict[str, float],
+    hit_ids: list[str],
+    *,
+    total: int,
+    **options: Any,
+) -> list[Window]:
+    """The windows of :func:`select_over`, which must fit ``total``."""
+    windows, over = select_over(chunks, relevance, hit_ids, total=total, **options)
     assert not over
     return windows
 
@@ -210,17 +223,15 @@ def test_budget_contiguity_and_provenance_hold_for_any_input(
     mode: str,
 ) -> None:
     chunks, relevance, hit_ids, total, k = scene
-    hits = hits_of(chunks, relevance, hit_ids)
-    windows, over = select_adaptive(
-        hits,
+    windows, over = select_over(
         chunks,
         relevance,
+        hit_ids,
+        total=total,
         k=k,
-        total_budget=total,
         window_budget=400,
+        coherence=coherence,
         mode=mode,
-        length_function=len,
-        coherence=coherence,  # type: ignore[arg-type]
     )
     if over:
         assert len(windows) == 1 and len(windows[0].chunks) == 1

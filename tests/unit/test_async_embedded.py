@@ -8,10 +8,8 @@ That checks that nothing blocks; it measures no speed.
 
 from __future__ import annotations
 
-import asyncio
-import itertools
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -19,6 +17,7 @@ from langchain_chroma import Chroma
 from langchain_core.documents import Document
 from langchain_text_splitters import RecursiveCharacterTextSplitter
 
+from tests.conftest import longest_pause
 from window_retriever import (
     ChromaWindowStore,
     ContextWindowRetriever,
@@ -61,23 +60,6 @@ def slow_down(store: Chroma, monkeypatch: pytest.MonkeyPatch) -> None:
             return _original(*args, **kwargs)
 
         monkeypatch.setattr(collection, name, slowed)
-
-
-async def longest_pause(*calls: Awaitable[Any]) -> tuple[float, list[Any]]:
-    """Run ``calls`` together beside a heartbeat; return the longest pause between beats."""
-    beats: list[float] = []
-
-    async def heartbeat() -> None:
-        while True:
-            beats.append(time.perf_counter())
-            await asyncio.sleep(0.01)
-
-    ticker = asyncio.create_task(heartbeat())
-    await asyncio.sleep(0.02)
-    results = await asyncio.gather(*calls)
-    await asyncio.sleep(0.02)
-    ticker.cancel()
-    return max(b - a for a, b in itertools.pairwise(beats)), results
 
 
 async def test_the_chroma_adapters_async_calls_leave_the_loop_free(

@@ -91,3 +91,17 @@ def test_every_relative_link_and_anchor_resolves(page: Path) -> None:
         elif anchor and resolved.suffix == ".md" and anchor not in anchors(resolved):
             broken.append(f"{target}: no heading makes #{anchor}")
     assert broken == []
+
+
+def test_every_retriever_option_is_in_the_api_options_table() -> None:
+    from langchain_core.retrievers import BaseRetriever
+
+    from window_retriever import ContextWindowRetriever
+    from window_retriever._params import OVERRIDABLE
+
+    text = prose(ROOT / "docs" / "api.md")
+    section = text.split("## `ContextWindowRetriever(vectorstore, **options)`")[1].split("\n## ")[0]
+    rows = set(re.findall(r"^\| `(\w+)` \|", section, re.MULTILINE))
+    options = set(ContextWindowRetriever.model_fields) - set(BaseRetriever.model_fields)
+    assert sorted(options - rows) == []
+    assert set(OVERRIDABLE) <= options
