@@ -50,7 +50,7 @@ def main() -> int:
         store, _ = build_store(directory)
         # One budget for the whole context: change total_budget, and nothing else, to give
         # the model more or less to read.
-        retriever = ContextWindowRetriever(vectorstore=store, k=8, total_budget=2000)
+        retriever = ContextWindowRetriever(vectorstore=store, total_budget=2000)
 
         if llm is not None:
             chain = answer_with_sources(retriever, CITATION_PROMPT, llm)

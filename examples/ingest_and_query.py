@@ -67,7 +67,7 @@ def main() -> None:
         store, chunks = build_store(directory)
         print(f"stored {len(chunks)} chunks of the pages in {PAGES} in {directory}")
 
-        retriever = ContextWindowRetriever(vectorstore=store, k=8, total_budget=args.total_budget)
+        retriever = ContextWindowRetriever(vectorstore=store, total_budget=args.total_budget)
         windows = retriever.invoke(args.question)
 
         print(f"\nQ: {args.question}\n")

@@ -18,8 +18,6 @@ from collections.abc import Awaitable, Callable, Generator, Iterable, Mapping, S
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-import numpy as np
-
 from window_retriever._filters import Predicate, compile_where
 from window_retriever._fusion import DEFAULT_WEIGHTS, fuse
 from window_retriever._ids import CHUNK_ID, make_chunk_id
@@ -336,6 +334,8 @@ def to_query(
     kept = [chunk_id for chunk_id in dict.fromkeys(ids) if len(vectors.get(chunk_id, ())) > 0]
     if not kept:
         return {}
+    import numpy as np  # only here: importing the retriever should not cost numpy
+
     matrix = np.asarray([vectors[chunk_id] for chunk_id in kept], dtype=np.float64)
     q = np.asarray(query, dtype=np.float64)
     if space == "l2":

@@ -194,7 +194,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     query.add_argument("question", help="the question")
     _store_arguments(query)
-    _window_arguments(query, k=4)
+    _window_arguments(query)
     query.add_argument(
         "--filter", metavar="JSON", help='Chroma metadata filter, e.g. \'{"tenant": "acme"}\''
     )
@@ -257,7 +257,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="DIR",
         help="pages to ingest (default: the pages bundled with the package)",
     )
-    _window_arguments(demo, k=8, total_budget=DEMO_TOTAL_BUDGET)
+    _window_arguments(demo, total_budget=DEMO_TOTAL_BUDGET)
     demo.set_defaults(run=_demo)
     return parser
 
@@ -304,11 +304,26 @@ def _store_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _window_arguments(
-    parser: argparse.ArgumentParser, *, k: int, total_budget: int | None = None
-) -> None:
+def _window_arguments(parser: argparse.ArgumentParser, *, total_budget: int | None = None) -> None:
     parser.add_argument(
-        "-k", type=int, default=k, metavar="N", help=f"windows to return (default: {k})"
+        "-k",
+        type=int,
+        metavar="N",
+        help="windows to return (default: 4; with --total-budget, the most windows: one per "
+        "200 characters of it, at least 4)",
+    )
+    parser.add_argument(
+        "--candidates",
+        choices=["vector", "hybrid", "keyword"],
+        help="where hits come from: vector search, vector + BM25 keyword search fused by rank, "
+        "or keyword alone (default: hybrid with --total-budget, else vector)",
+    )
+    parser.add_argument(
+        "--keyword-weight",
+        type=float,
+        metavar="X",
+        help="hybrid: the keyword search's weight in the fusion, the vector search's being 1 "
+        "(default: 1)",
     )
     parser.add_argument(
         "--window-budget",
@@ -572,7 +587,7 @@ def _demo(args: argparse.Namespace) -> int:
     budget = args.total_budget
     print(f"\nQ: {args.question}\n")
     # Plain top chunks in rank order, cut at the same total budget as the windows.
-    found = store.similarity_search_with_score(args.question, k=max(args.k, budget // 100 + 1))
+    found = store.similarity_search_with_score(args.question, k=max(args.k or 4, budget // 100 + 1))
     plain: list[tuple[Document, float, int]] = []
     used = 0
     for doc, score in found:
@@ -677,6 +692,8 @@ def _retrieve(store: Any, args: argparse.Namespace, where: dict[str, Any] | None
         expansion=args.expansion,
         mode=args.mode,
         filter=where,
+        candidates=args.candidates,
+        **({} if args.keyword_weight is None else {"keyword_weight": args.keyword_weight}),
     )
     return retriever.invoke(args.question)
 

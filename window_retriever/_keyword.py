@@ -75,6 +75,7 @@ import shutil
 import threading
 import time
 import uuid
+import warnings
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -83,9 +84,9 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from window_retriever._chroma_errors import server_address, store_errors
 from window_retriever._errors import ConfigurationError
 from window_retriever._filters import compile_where
-from window_retriever._stores import server_address, store_errors
 
 logger = logging.getLogger(__name__)
 
@@ -483,9 +484,25 @@ class _Stemmers(threading.local):
 _stemmers = _Stemmers()
 
 
+def _bm25s() -> Any:
+    """``bm25s``, imported on first use, its logger kept quiet.
+
+    ``bm25s`` sets its own logger to ``DEBUG``, so an application with a root handler (or a
+    notebook) would show "Building index from tokens" on every build; only its warnings pass.
+    Its import of ``tqdm.auto`` warns in a notebook without ipywidgets (progress bars this
+    module never shows): that one warning is ignored.
+    """
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="IProgress not found")
+        import bm25s
+
+    logging.getLogger("bm25s").setLevel(logging.WARNING)
+    return bm25s
+
+
 def _tokenize(texts: Sequence[str]) -> list[list[str]]:
     """Lower-cased words of two characters or more, English stop words out, Snowball stems."""
-    import bm25s
+    bm25s = _bm25s()
     import Stemmer
 
     if _stemmers.stemmer is None:
@@ -509,7 +526,7 @@ def _index(
     metadatas: list[Mapping[str, Any]],
 ) -> _Snapshot:
     """Index the rows in id order; rows without a token (empty, only stop words) stay out."""
-    import bm25s
+    bm25s = _bm25s()
 
     order = sorted(range(len(ids)), key=ids.__getitem__)
     ids = [ids[i] for i in order]
@@ -561,7 +578,7 @@ def _save(target: Path, snapshot: _Snapshot) -> None:
 
 def _load(target: Path, fingerprint: Fingerprint) -> _Snapshot | None:
     """The index saved at ``target`` if it was built from this very state, else None."""
-    import bm25s
+    bm25s = _bm25s()
     import orjson
 
     try:

@@ -57,7 +57,7 @@ class Params:
     where_document: Mapping[str, Any] | None
     length_function: Callable[[str], int]
     strict: bool
-    keyword_weight: float = 0.5
+    keyword_weight: float = 1.0
     """Hybrid only: the keyword leg's weight in the fusion, the vector leg's being 1."""
     candidates: Any = None
     """``"vector"``, ``"hybrid"``, a LangChain retriever whose hits grow into windows, or

@@ -97,7 +97,7 @@ class ContextWindowRetriever(BaseRetriever):
 
     candidates: Any = None
     """Where the hits come from: ``"vector"`` (the store's similarity search), ``"hybrid"``
-    (vector and BM25 keyword search fused by reciprocal rank, vector weighted 2 to 1; Chroma
+    (vector and BM25 keyword search fused by reciprocal rank, equal weights; Chroma
     stores), or any LangChain retriever over the same store (an ensemble, a reranker, MMR,
     multi-query) whose documents carry ``WindowSplitter``'s metadata. ``None`` (the default):
     hybrid with ``total_budget`` where the store has a keyword search (it won on both dev

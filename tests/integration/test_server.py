@@ -199,9 +199,10 @@ def test_async_on_a_server_uses_the_async_http_client(guarded_server: Guard) -> 
         embeddings=DeterministicFakeEmbedding(size=32),
     )
     fill(store)
-    budgeted = ContextWindowRetriever(vectorstore=store, k=2, total_budget=900)
+    budgeted = ContextWindowRetriever(vectorstore=store, k=2, total_budget=900, candidates="vector")
     static = ContextWindowRetriever(vectorstore=store, k=2)  # the lean search, once warm
-    expected = {id(r): r.invoke("topic4 word9") for r in (budgeted, static)}
+    hybrid = ContextWindowRetriever(vectorstore=store, k=2, total_budget=900)
+    expected = {id(r): r.invoke("topic4 word9") for r in (budgeted, static, hybrid)}
     gaps: list[float] = []
 
     async def heartbeat(stop: asyncio.Event) -> None:
@@ -235,6 +236,12 @@ def test_async_on_a_server_uses_the_async_http_client(guarded_server: Guard) -> 
         assert isinstance(retriever._store(), ChromaWindowStore)
         assert retriever._store()._server() is not None  # async HTTP, not threads
     assert static._lengths.typical() is not None  # so its searches asked for ids only
+    # hybrid: the keyword leg runs in a thread (its index checks the collection with the sync
+    # client); the loop is still never held, and every answer is the sync one
+    gaps.clear()
+    results = asyncio.run(run(hybrid))
+    assert all(result == expected[id(hybrid)] for result in results)
+    assert max(gaps) < delay
 
 
 def test_async_on_an_embedded_store_stays_on_threads(tmp_path: Any) -> None:

@@ -71,6 +71,23 @@ def conversations(make_store: Callable[..., Chroma]) -> tuple[Chroma, list[Docum
     return store, chunks
 
 
+def test_hybrid_costs_one_search_and_at_most_two_fetches_once_its_index_is_built(
+    conversations: tuple[Chroma, list[Document]], spy_on: Callable[[Chroma], StoreSpy]
+) -> None:
+    store, _ = conversations
+    retriever = ContextWindowRetriever(vectorstore=store, total_budget=800)
+    retriever.invoke("warm the keyword index")
+    spy = spy_on(store)
+    for topic in TOPICS:
+        spy.reset()
+        docs = retriever.invoke(f"what about {topic}?")
+        assert spy.calls["query"] == 1, topic
+        assert 1 <= spy.calls["get"] <= 2, topic  # the keyword leg's own hits, the neighbours
+        assert set(spy.calls) <= {"query", "get", "count"}, spy.calls
+        assert sum(len(d.page_content) for d in docs) <= 800
+        assert any("keyword" in ranks for d in docs for ranks in d.metadata["hit_ranks"])
+
+
 @pytest.mark.parametrize("expansion", ["static", "adaptive"])
 @pytest.mark.parametrize("total", [300, 800, 2000])
 def test_one_search_one_fetch_and_never_over_budget_where_hits_merge(
@@ -81,7 +98,7 @@ def test_one_search_one_fetch_and_never_over_budget_where_hits_merge(
 ) -> None:
     store, _ = conversations
     retriever = ContextWindowRetriever(
-        vectorstore=store, k=12, total_budget=total, expansion=expansion
+        vectorstore=store, k=12, total_budget=total, expansion=expansion, candidates="vector"
     )
     spy = spy_on(store)
     merged = 0

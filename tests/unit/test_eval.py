@@ -246,13 +246,13 @@ def test_evaluate_compares_configurations_at_equal_budgets(
         answer="topic 7",
         gold_spans=((start, start + 200),),
     )
-    configs = "plain,window:window_budget=240;expansion=static"
+    configs = "plain,window:window_budget=240;expansion=static;candidates=vector"
     report = evaluate(store, [question], configs=configs, budgets=[200, 400])
     assert [(r.config, r.budget) for r in report.rows] == [
         ("plain", 200),
-        ("window:window_budget=240;expansion=static", 200),
+        ("window:window_budget=240;expansion=static;candidates=vector", 200),
         ("plain", 400),
-        ("window:window_budget=240;expansion=static", 400),
+        ("window:window_budget=240;expansion=static;candidates=vector", 400),
     ]
     for row in report.rows:
         assert row.characters <= row.budget
@@ -264,7 +264,11 @@ def test_evaluate_compares_configurations_at_equal_budgets(
             docs = store.similarity_search(question.question, k=max(4, row.budget // 100))
         else:
             retriever = ContextWindowRetriever(
-                vectorstore=store, window_budget=240, expansion="static", total_budget=row.budget
+                vectorstore=store,
+                window_budget=240,
+                expansion="static",
+                total_budget=row.budget,
+                candidates="vector",
             )
             docs = retriever.invoke(question.question, k=max(4, row.budget // 200))
         covered: set[int] = set()

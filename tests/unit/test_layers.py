@@ -20,7 +20,7 @@ PACKAGE = ROOT / "window_retriever"
 
 LAYERS: dict[str, tuple[str, ...]] = {
     # plain data in, plain data out: the standard library only
-    "core": ("_adaptive", "_filters", "_ids", "_version", "_windows", "_data"),
+    "core": ("_adaptive", "_filters", "_fusion", "_ids", "_version", "_windows", "_data"),
     # every module may raise the library's errors
     "errors": ("_errors",),
     # the store contract, and what stands beside it without a store: LangChain types allowed
