@@ -51,6 +51,9 @@ class ChromaWindowStore(WindowStore, AsyncWindowStore):
     def __init__(self, vectorstore: Any) -> None:
         self.vectorstore = vectorstore
         self._async_server: _AsyncServer | Literal[False] | None = None
+        self._changed = False
+        """A write was tried since the last :meth:`written` (set before the write: a failed
+        write may have changed the collection part-way)."""
 
     # ---- reads -----------------------------------------------------------------------------
 
@@ -150,6 +153,7 @@ class ChromaWindowStore(WindowStore, AsyncWindowStore):
         """
         if not records:
             return
+        self._changed = True
         with store_errors(self.vectorstore):
             stored = self.get_metadata([record.id for record in records])
             exact = [_exactly(record, stored.get(record.id)) for record in records]
@@ -171,6 +175,7 @@ class ChromaWindowStore(WindowStore, AsyncWindowStore):
     def update_metadata(self, ids: Sequence[str], metadata: Mapping[str, Any]) -> None:
         """Chroma's ``update``, which merges ``metadata`` into each stored record."""
         if ids:
+            self._changed = True
             with store_errors(self.vectorstore):
                 self.vectorstore._collection.update(
                     ids=list(ids), metadatas=[dict(metadata) for _ in ids]
@@ -179,8 +184,28 @@ class ChromaWindowStore(WindowStore, AsyncWindowStore):
     def delete(self, ids: Sequence[str]) -> None:
         """``Chroma.delete`` by ids."""
         if ids:
+            self._changed = True
             with store_errors(self.vectorstore):
                 self.vectorstore.delete(ids=list(ids))
+
+    def written(self) -> None:
+        """Invalidate the collection's keyword index in every process, if this adapter wrote.
+
+        One ``KeywordIndex.invalidate`` (a new generation token in the collection's metadata:
+        ``get_collection`` + ``modify``, 8-18 ms) when a write was tried since the last call;
+        nothing otherwise, so an ingest that found every file unchanged makes no process
+        rebuild its index.
+        """
+        if not self._changed:
+            return
+        from window_retriever._keyword import KeywordIndex  # it imports this module
+
+        self._changed = False  # before: a write racing this call sets it again
+        try:
+            KeywordIndex.invalidate(self.vectorstore)
+        except BaseException:
+            self._changed = True
+            raise
 
     def get_metadata(self, ids: Sequence[str]) -> dict[str, dict[str, Any]]:
         """``Chroma.get`` by ids, metadata only."""

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import logging
 import os
 import socket
-from collections.abc import Callable, Iterable, Mapping, Sequence
+import threading
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -16,6 +18,8 @@ from langchain_core.documents import Document
 from window_retriever._errors import ConfigurationError, Message, Option, OwnershipError
 from window_retriever._ids import CHUNK_ID, CHUNK_INDEX, FILE_ID, FILE_VERSION
 from window_retriever._stores import Record, WindowStore, store_adapter
+
+logger = logging.getLogger(__name__)
 
 _FALLBACK_BATCH_SIZE = 5000
 """Records a call carries for a store with no limit of its own (``WindowStore.batch_size``)."""
@@ -51,6 +55,44 @@ OWNER_KEYS = (
 chunks of a file whose stored value of one of these differs from the new chunks' value."""
 
 
+class _Operations(threading.local):
+    """The stores this thread is in a write operation on (by ``id``)."""
+
+    def __init__(self) -> None:
+        self.open: set[int] = set()
+
+
+_operations = _Operations()
+
+
+@contextlib.contextmanager
+def operation(store: WindowStore) -> Iterator[None]:
+    """One write operation on ``store``: at its end, the store is told once (``written``).
+
+    Also when the operation fails part-way: a partial write changes the store too (the
+    failure in flight is raised, a failure to tell the store is then only logged). An
+    operation inside another on the same store in the same thread (``ingest`` syncing,
+    removing and pruning files) leaves the telling to the outer one: once per operation, not
+    per file or batch. Other threads' operations tell for themselves.
+    """
+    key = id(store)
+    if key in _operations.open:
+        yield
+        return
+    _operations.open.add(key)
+    try:
+        yield
+    except BaseException:
+        _operations.open.discard(key)
+        try:
+            store.written()
+        except Exception as error:  # the write's own failure is the one to raise
+            logger.warning("could not tell the store it was written to: %s", error)
+        raise
+    _operations.open.discard(key)
+    store.written()
+
+
 def add_chunks(
     vectorstore: Any, chunks: Sequence[Document], *, batch_size: int | None = None
 ) -> list[str]:
@@ -73,7 +115,9 @@ def add_chunks(
     """
     ids = _chunk_ids(chunks)
     store = store_adapter(vectorstore)
-    store_chunks(store, chunks, batch_size_for(store, batch_size))
+    size = batch_size_for(store, batch_size)
+    with operation(store):
+        store_chunks(store, chunks, size)
     return ids
 
 
@@ -218,7 +262,8 @@ def sync_file(
     store = store_adapter(vectorstore)
     size = batch_size_for(store, batch_size)
     plan = plan_file(store, chunks, owner_keys, replace_source_copies)
-    return apply_plan(store, plan, size)
+    with operation(store):
+        return apply_plan(store, plan, size)
 
 
 @dataclass(frozen=True, slots=True)
@@ -486,7 +531,9 @@ def remove_file(vectorstore: Any, file_id: str) -> int:
     """Delete every stored chunk of ``file_id`` (a file now empty); return how many."""
     store = store_adapter(vectorstore)
     ids = [chunk_id for chunk_id, _ in _get_where(store, {FILE_ID: file_id})]
-    _delete(store, ids)
+    if ids:
+        with operation(store):
+            _delete(store, ids)
     return len(ids)
 
 
@@ -555,5 +602,7 @@ def prune_missing(
         if len(page) < page_size:
             break
         offset += page_size
-    _delete(store, [chunk_id for chunk_ids in doomed.values() for chunk_id in chunk_ids])
+    if doomed:
+        with operation(store):
+            _delete(store, [chunk_id for chunk_ids in doomed.values() for chunk_id in chunk_ids])
     return [Pruned(source, len(chunk_ids)) for source, chunk_ids in sorted(doomed.items())]

@@ -19,18 +19,22 @@ How the index learns that the collection changed
 A *fingerprint* of the collection is three values read in two cheap calls (``get_collection``
 and ``count``): the collection's id (a deleted and re-created collection gets a new one), its
 number of records, and a *generation* token kept in the collection's metadata under
-:data:`GENERATION_KEY`. Every write path of this library calls :meth:`KeywordIndex.invalidate`
-after it wrote: that stores a new random token (so every process sees a change, even an
-in-place re-ingest that keeps the count) and makes this process's index check at its next
-search. A search re-reads the fingerprint at most every ``check_interval`` seconds (default
+:data:`GENERATION_KEY`. Every write operation of this library (``add_chunks``, ``sync_file``,
+``remove_file``, ``prune_missing``, ``ingest``) ends by telling its store
+(``WindowStore.written``, in a ``finally``); the Chroma adapter then calls
+:meth:`KeywordIndex.invalidate`, once per operation and only if it wrote. That stores a new
+random token (so every process sees a change, even an in-place re-ingest that keeps the
+count) and makes this process's index check at its next search. A search re-reads the
+fingerprint at most every ``check_interval`` seconds (default
 :data:`DEFAULT_CHECK_INTERVAL`) and rebuilds when it differs. So:
 
 - in the process that wrote: the next search sees the write (no staleness);
 - in any other process or machine: a write finished at time *t* is seen by every search that
   starts after *t* + ``check_interval`` (that search also pays the rebuild);
 - a writer that bypasses this library (a bare ``add_documents``) is seen when it changes the
-  count; one that only rewrites a chunk's text in place, keeping the count, is seen at the next
-  :meth:`KeywordIndex.invalidate` or :meth:`KeywordIndex.refresh`.
+  count; one that only rewrites a chunk's text or metadata in place, keeping the count, is
+  seen at the next :meth:`KeywordIndex.invalidate` (:meth:`KeywordIndex.refresh` does not
+  help: the fingerprint it reads has not changed).
 
 Chroma's ``modify(metadata=...)`` *replaces* the collection's metadata (chromadb 1.5.9), so the
 token is merged into the metadata that is there; it refuses any metadata holding

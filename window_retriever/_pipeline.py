@@ -12,7 +12,7 @@ import contextlib
 import queue
 import threading
 from collections import deque
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Generator, Iterator, Mapping, Sequence
 from concurrent.futures import CancelledError, Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
@@ -72,7 +72,7 @@ def ingest_sources(
     metadata: Mapping[str, Any] | None = None,
     origins: Mapping[str, str] | None = None,
     progress: IngestProgress | None = None,
-) -> Iterator[SourceOutcome]:
+) -> Generator[SourceOutcome, None, None]:
     """Load, split and :func:`sync_file` each source (URL or file); outcomes in source order.
 
     The stages overlap. A loader thread fetches, parses and splits sources, one at a time (so

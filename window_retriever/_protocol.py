@@ -33,6 +33,8 @@ The rules every store keeps (the retriever and ingestion rely on them):
    upsert merges, so its adapter removes such keys). Writes never touch other records.
 7. **Batches respect** :attr:`WindowStore.batch_size`: callers never pass more ids or records
    to one call than it says.
+8. **Writers tell the store when they are done**: every write operation of the library ends
+   with one :meth:`WindowStore.written` (in a ``finally``), after its last write.
 """
 
 from __future__ import annotations
@@ -216,6 +218,17 @@ class WindowStore(ABC):
     def get_metadata(self, ids: Sequence[str]) -> dict[str, dict[str, Any]]:
         """The stored metadata of those of ``ids`` that are stored, by id (no text, no vector)."""
         raise NotImplementedError(_lacks(self, "get_metadata"))
+
+    def written(self) -> None:
+        """Told once at the end of every write operation of the library (rule 8).
+
+        ``add_chunks``, ``sync_file``, ``remove_file``, ``prune_missing`` and ``ingest`` call
+        it after their last write, also when they failed part-way (a partial write changes the
+        store too), and once for the whole operation, not per batch. A store that keeps state
+        derived from its records brings it up to date here; the default does nothing. (The
+        Chroma adapter invalidates the collection's keyword index, in every process.)
+        """
+        return  # a store without derived state has nothing to do
 
     def list_metadata(
         self, where: Where | None, *, limit: int, offset: int = 0

@@ -12,6 +12,7 @@ shell over :func:`ingest`; a program gets the same behaviour, and the same event
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -26,6 +27,7 @@ from window_retriever._ingest import (
     FileOutcome,
     Pruned,
     directory_origin,
+    operation,
     origins_of,
     prune_missing,
     remove_file,
@@ -200,49 +202,52 @@ def ingest(
         origins=origins_of(files, directories, origin),
         progress=progress,
     )
-    named = {spec for spec in files if not any(_below(spec, d) for d in directories)}
-    emptied: list[Pruned] = []
-    for result in outcomes:
-        if result.outcome is None:
-            if result.error not in (GONE, EMPTY):
-                present.add(os.path.abspath(result.name))  # failed now, kept as it was
-            if result.error == EMPTY:  # an empty file; "no text" after a selector fails
-                summary.empty += 1
-                if result.name in named:  # emptied since: its old text must not answer
-                    source = os.path.abspath(result.name)
-                    file_id = make_file_id({**metadata, "source": source}, ("source", *owners))
-                    chunks = remove_file(store, file_id)
-                    if chunks:
-                        emptied.append(Pruned(source, chunks))
+    # The store is told once, at the end, also of a failed run: after the pipeline is closed
+    # (its writer thread finished), so no write comes after the telling.
+    with operation(store), contextlib.closing(outcomes):
+        named = {spec for spec in files if not any(_below(spec, d) for d in directories)}
+        emptied: list[Pruned] = []
+        for result in outcomes:
+            if result.outcome is None:
+                if result.error not in (GONE, EMPTY):
+                    present.add(os.path.abspath(result.name))  # failed now, kept as it was
+                if result.error == EMPTY:  # an empty file; "no text" after a selector fails
+                    summary.empty += 1
+                    if result.name in named:  # emptied since: its old text must not answer
+                        source = os.path.abspath(result.name)
+                        file_id = make_file_id({**metadata, "source": source}, ("source", *owners))
+                        chunks = remove_file(store, file_id)
+                        if chunks:
+                            emptied.append(Pruned(source, chunks))
+                else:
+                    summary.failed += 1
             else:
-                summary.failed += 1
-        else:
-            present.add(os.path.abspath(result.name))
-            status = result.outcome.status
-            setattr(summary, status, getattr(summary, status) + 1)
-            summary.written += result.outcome.written
-            summary.removed += result.outcome.removed
-        report(result)
-    for gone in emptied:  # a file named on its own, emptied: as a folder's file, it goes
-        summary.gone += 1
-        summary.removed += gone.chunks
-        report(gone)
-    if not keep_missing:
-        owner = {key: metadata[key] for key in owners}
-        for directory in directories:
-            pruned = prune_missing(
-                store,
-                directory,
-                present,
-                origin=origin,
-                owner=owner,
-                skip=unreadable,
-                listed=files,
-            )
-            for gone in pruned:
-                summary.gone += 1
-                summary.removed += gone.chunks
-                report(gone)
+                present.add(os.path.abspath(result.name))
+                status = result.outcome.status
+                setattr(summary, status, getattr(summary, status) + 1)
+                summary.written += result.outcome.written
+                summary.removed += result.outcome.removed
+            report(result)
+        for gone in emptied:  # a file named on its own, emptied: as a folder's file, it goes
+            summary.gone += 1
+            summary.removed += gone.chunks
+            report(gone)
+        if not keep_missing:
+            owner = {key: metadata[key] for key in owners}
+            for directory in directories:
+                pruned = prune_missing(
+                    store,
+                    directory,
+                    present,
+                    origin=origin,
+                    owner=owner,
+                    skip=unreadable,
+                    listed=files,
+                )
+                for gone in pruned:
+                    summary.gone += 1
+                    summary.removed += gone.chunks
+                    report(gone)
     return summary
 
 
