@@ -10,7 +10,10 @@ filter, it times the same queries, interleaved, through:
 
 - ``plain``: ``vectorstore.as_retriever(search_kwargs={"k": 4, "filter": ...})``;
 - ``window``: ``ContextWindowRetriever(k=4)`` (static windows of up to 1,200 characters);
-- ``budget``: ``ContextWindowRetriever(k=4, total_budget=2000)`` (adaptive windows);
+- ``budget``: ``ContextWindowRetriever(k=4, total_budget=2000, candidates="vector")``
+  (adaptive windows from vector hits);
+- ``hybrid``: the same with ``candidates="hybrid"`` (vector + BM25 keyword hits, the default
+  with a total budget; its keyword index is built before the timing starts);
 - ``get``: one ``collection.get(ids=...)`` of exactly the ids the window retriever fetched for
   that query: the second round trip, the floor of any windowing that reads neighbours.
 
@@ -114,10 +117,17 @@ def measure(store: Any, queries: Sequence[str], where: dict[str, str] | None) ->
     recorder = Recorder(store)
     plain = store.as_retriever(search_kwargs={"k": 4, **({"filter": where} if where else {})})
     window = ContextWindowRetriever(vectorstore=recorder, k=4, filter=where)
-    budget = ContextWindowRetriever(vectorstore=recorder, k=4, total_budget=2000, filter=where)
+    budget = ContextWindowRetriever(
+        vectorstore=recorder, k=4, total_budget=2000, filter=where, candidates="vector"
+    )
+    hybrid = ContextWindowRetriever(
+        vectorstore=recorder, k=4, total_budget=2000, filter=where, candidates="hybrid"
+    )
+    retrievers = {"window": window, "budget": budget, "hybrid": hybrid}
     collection = store._collection
-    times: dict[str, list[float]] = {name: [] for name in ("plain", "window", "budget", "get")}
-    calls: dict[str, list[int]] = {"window": [], "budget": []}
+    names = ("plain", "window", "budget", "hybrid", "get")
+    times: dict[str, list[float]] = {name: [] for name in names}
+    calls: dict[str, list[int]] = {"window": [], "budget": [], "hybrid": []}
 
     def timed(name: str, run: Callable[[], Any]) -> Any:
         began = time.perf_counter()
@@ -127,20 +137,20 @@ def measure(store: Any, queries: Sequence[str], where: dict[str, str] | None) ->
 
     for warm in queries[:20]:
         plain.invoke(warm)
-        window.invoke(warm)
-        budget.invoke(warm)
+        for retriever in retrievers.values():
+            retriever.invoke(warm)
     for times_list in times.values():
         times_list.clear()
     for number, query in enumerate(queries):
-        order = ["plain", "window", "budget"]
-        order = order[number % 3 :] + order[: number % 3]  # no position bias
+        order = ["plain", "window", "budget", "hybrid"]
+        order = order[number % 4 :] + order[: number % 4]  # no position bias
         for name in order:
             if name == "plain":
                 timed("plain", partial(plain.invoke, query))
                 continue
             before = recorder.calls
             recorder.last_ids = []
-            timed(name, partial((window if name == "window" else budget).invoke, query))
+            timed(name, partial(retrievers[name].invoke, query))
             calls[name].append(recorder.calls - before)
             if name == "window":
                 include = ["documents", "metadatas"]
@@ -148,7 +158,8 @@ def measure(store: Any, queries: Sequence[str], where: dict[str, str] | None) ->
     result: dict[str, Any] = {}
     for name, values in times.items():
         result[name] = {"p50": p(values, 0.5), "p95": p(values, 0.95)}
-    for name in ("window", "budget"):
+    result["hybrid"]["over_budget_p50"] = result["hybrid"]["p50"] / result["budget"]["p50"]
+    for name in ("window", "budget", "hybrid"):
         result[name]["ratio_p50"] = result[name]["p50"] / result["plain"]["p50"]
         result[name]["ratio_p95"] = result[name]["p95"] / result["plain"]["p95"]
         result[name]["calls"] = statistics.mean(calls[name])
@@ -213,7 +224,8 @@ def _line(row: dict[str, Any]) -> str:
     return (
         f"{row['chunks']} {row['store']} filter={row['filter']}: plain {row['plain']['p50']:.2f} "
         f"ms, window {row['window']['p50']:.2f} ({row['window']['ratio_p50']:.2f}x), budget "
-        f"{row['budget']['p50']:.2f} ({row['budget']['ratio_p50']:.2f}x), get "
+        f"{row['budget']['p50']:.2f} ({row['budget']['ratio_p50']:.2f}x), hybrid "
+        f"{row['hybrid']['p50']:.2f} ({row['hybrid']['over_budget_p50']:.2f}x budget), get "
         f"{row['get']['p50']:.2f}, floor {row['floor_ratio_p50']:.2f}x"
     )
 
@@ -222,18 +234,20 @@ def _table(rows: list[dict[str, Any]]) -> str:
     lines = [
         "| chunks | store | filter | plain p50 / p95 ms | window p50 / p95 ms | ratio p50 / p95 "
         "| budget p50 / p95 ms | ratio p50 / p95 | one get p50 ms | floor (plain + get) "
-        "| window above plain, in gets | store calls (window, budget) |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| window above plain, in gets | hybrid p50 / p95 ms | hybrid / budget p50 "
+        "| store calls (window, budget, hybrid) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
-        w, b = r["window"], r["budget"]
+        w, b, h = r["window"], r["budget"], r["hybrid"]
         lines.append(
             f"| {r['chunks']:,} | {r['store']} | {r['filter']} "
             f"| {r['plain']['p50']:.2f} / {r['plain']['p95']:.2f} "
             f"| {w['p50']:.2f} / {w['p95']:.2f} | {w['ratio_p50']:.2f}x / {w['ratio_p95']:.2f}x "
             f"| {b['p50']:.2f} / {b['p95']:.2f} | {b['ratio_p50']:.2f}x / {b['ratio_p95']:.2f}x "
             f"| {r['get']['p50']:.2f} | {r['floor_ratio_p50']:.2f}x "
-            f"| {w['over_plain_in_gets']:.2f} | {w['calls']:.2f}, {b['calls']:.2f} |"
+            f"| {w['over_plain_in_gets']:.2f} | {h['p50']:.2f} / {h['p95']:.2f} "
+            f"| {h['over_budget_p50']:.2f}x | {w['calls']:.2f}, {b['calls']:.2f}, {h['calls']:.2f} |"
         )
     return "\n".join(lines)
 

@@ -73,7 +73,8 @@ def plan_adaptive_fetch(
     windowable = [hit for hit in hits if hit.chunk.position is not None]
     if not windowable:
         return []
-    lengths = sorted(measure.text(hit.chunk) for hit in windowable)
+    # hits not read yet (known by id, text empty) are planned at the others' typical length
+    lengths = sorted(measure.text(hit.chunk) for hit in windowable if hit.chunk.text) or [1]
     typical = max(1, lengths[len(lengths) // 2])
     fits = max(1, total_budget // typical)
     reach = min(_MAX_REACH, fits - 1)

@@ -11,6 +11,7 @@ serves the sync and the async path.
 from __future__ import annotations
 
 import itertools
+import math
 import statistics
 from abc import ABC, abstractmethod
 from collections import deque
@@ -49,18 +50,45 @@ class Pool:
     """Lean search only: candidates known by id, not read (see ``StaticWindows``)."""
     fused: bool = False
     """The hits are in a fused order (not by distance): see ``HybridSearch``."""
+    unread: dict[str, Position] = field(default_factory=dict)
+    """Hits known by id only (text empty), read by the caller's neighbour fetch."""
+
+    def settle(self) -> None:
+        """Put the read chunks in place of the unread hits, with their true distances.
+
+        A hit the fetch did not return (gone since, or hidden by the caller's filter) or
+        whose vector did not come back is left out.
+        """
+        if not self.unread:
+            return
+        distances = to_query(self.query_embedding, self.space, self.vectors, self.unread)
+        hits: list[Hit] = []
+        for hit in self.hits:
+            position = self.unread.get(hit.chunk.id)
+            if position is None:
+                hits.append(hit)
+                continue
+            chunk = self.chunks.get(position)
+            if chunk is not None and chunk.id == hit.chunk.id and chunk.id in distances:
+                hits.append(replace(hit, chunk=chunk, distance=distances[chunk.id]))
+        self.hits = hits
+        self.unread = {}
 
 
 class CandidateSource(ABC):
     """Finds the hits that windows grow from."""
 
     @abstractmethod
-    def find(self, query: str, k: int, params: Params, *, embeddings: bool) -> Flow:
+    def find(
+        self, query: str, k: int, params: Params, *, embeddings: bool, defer: bool = False
+    ) -> Flow:
         """Yield store requests; return a :class:`Pool` of at most ``k`` hits, best first.
 
         Hits honour ``params.filter`` and ``params.where_document`` (a chunk they hide never
         comes back). With ``embeddings`` the pool carries every hit's stored vector, the
-        query's vector and the store's distance space.
+        query's vector and the store's distance space. With ``defer`` a source may leave hits
+        it knows only by id unread (``Pool.unread``): the caller reads them with its neighbour
+        fetch, with their vectors, and then calls :meth:`Pool.settle`.
         """
 
 
@@ -73,7 +101,9 @@ class VectorSearch(CandidateSource):
     def __init__(self, *, locates: bool = False) -> None:
         self.locates = locates
 
-    def find(self, query: str, k: int, params: Params, *, embeddings: bool) -> Flow:
+    def find(
+        self, query: str, k: int, params: Params, *, embeddings: bool, defer: bool = False
+    ) -> Flow:
         found = yield Search(query, k, params.filter, params.where_document, embeddings=embeddings)
         pairs = found.pairs()
         hits, chunks = read_hits(pairs, strict=params.strict)
@@ -132,7 +162,9 @@ class HybridSearch(CandidateSource):
         self.keyword = keyword
         self.weights = weights
 
-    def find(self, query: str, k: int, params: Params, *, embeddings: bool) -> Flow:
+    def find(
+        self, query: str, k: int, params: Params, *, embeddings: bool, defer: bool = False
+    ) -> Flow:
         found = yield Search(query, k, params.filter, params.where_document, embeddings=True)
         keyword: list[tuple[str, float]] = yield self.keyword(query, k, params)
         vector = {document.id or "": n for n, document in enumerate(found.documents)}
@@ -147,6 +179,39 @@ class HybridSearch(CandidateSource):
         }
         distances = dict(zip(vector, found.distances, strict=True))
         unread = [item.id for item in fused if item.id not in documents]
+        positions = _positions(unread) if defer else None
+        if positions is not None:  # read with the caller's neighbour fetch: one call less
+            hits = [
+                replace(
+                    read_hit(documents[item.id], distances[item.id], strict=params.strict),
+                    ranks=item.ranks,
+                )
+                if item.id in documents
+                else Hit(
+                    Chunk(
+                        id=item.id,
+                        text="",
+                        file_id=positions[item.id][0],
+                        index=positions[item.id][1],
+                    ),
+                    math.inf,
+                    item.ranks,
+                )
+                for item in fused
+            ]
+            hits = unique(hits)
+            _, chunks = placed([hit for hit in hits if hit.chunk.id not in positions])
+            return Pool(
+                hits,
+                chunks,
+                fetched=set(chunks),
+                vectors=vectors,
+                query_embedding=found.query_embedding,
+                space=found.space,
+                returned=max(len(found.documents), len(keyword)),
+                fused=True,
+                unread=positions,
+            )
         if unread:
             neighbours = Neighbours(params, embeddings=True)
             extra = yield Fetch(unread, neighbours.where, params.where_document, embeddings=True)
@@ -190,7 +255,9 @@ class RetrieverHits(CandidateSource):
         self.retriever = retriever
         self.embed_query = embed_query
 
-    def find(self, query: str, k: int, params: Params, *, embeddings: bool) -> Flow:
+    def find(
+        self, query: str, k: int, params: Params, *, embeddings: bool, defer: bool = False
+    ) -> Flow:
         retriever = self.retriever
         given = yield Call(lambda: retriever.invoke(query), lambda: retriever.ainvoke(query))
         ids = list(dict.fromkeys(_hit_id(document) for document in given))
@@ -316,6 +383,14 @@ class TypicalLength:
         self._recent.extend(lengths)
         if self._recent:
             self._median = max(1, int(statistics.median_low(self._recent)))
+
+
+def _positions(ids: Sequence[str]) -> dict[str, Position] | None:
+    """The positions ``file_id:chunk_index`` ids name; ``None`` if one has another form."""
+    found = located([(chunk_id, 0.0) for chunk_id in ids])
+    if found is None or len(found) != len(set(ids)):
+        return None
+    return {hit.chunk.id: hit.chunk.position for hit in found}  # type: ignore[misc]
 
 
 def to_query(

@@ -69,10 +69,14 @@ class _Budgeted(Strategy):
     def run(self, query: str, params: Params, source: CandidateSource) -> Flow:
         total = params.total_budget
         assert total is not None  # noqa: S101 - strategy_for checked
-        pool = yield from source.find(query, params.fetch_k, params, embeddings=self.embeddings)
+        pool = yield from source.find(
+            query, params.fetch_k, params, embeddings=self.embeddings, defer=self.embeddings
+        )
         measure = Measure(params.length_function)
         neighbours = Neighbours(params, embeddings=self.embeddings)
-        yield from neighbours.fetch(pool, self.plan(pool, params, measure))
+        planned = self.plan(pool, params, measure)
+        yield from neighbours.fetch(pool, [*pool.unread.values(), *planned])
+        pool.settle()  # hits known by id only were read with the neighbours
         windows, over = self.select(pool, params, measure)
         if not over:
             windows = fit_total(windows, total, params.length_function)
