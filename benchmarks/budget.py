@@ -80,7 +80,9 @@ def run_set(name: str, args: argparse.Namespace) -> dict[str, Any]:
         sys.exit(f"{name}: bad question rows: {problems[:3]}")
     client = chromadb.PersistentClient(path=str(cache))
     splitter = WindowSplitter(
-        RecursiveCharacterTextSplitter(chunk_size=size, chunk_overlap=overlap, add_start_index=True),
+        RecursiveCharacterTextSplitter(
+            chunk_size=size, chunk_overlap=overlap, add_start_index=True
+        ),
         **({} if args.headers is None else {"headers": args.headers}),
     )
     # Stores embedded with and without context headers never share a collection.
