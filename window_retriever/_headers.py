@@ -17,12 +17,16 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
-
-from langchain_core.documents import Document
+from typing import TYPE_CHECKING, Any
 
 from window_retriever._errors import ConfigurationError
 
+if TYPE_CHECKING:
+    from langchain_core.documents import Document
+
+DEFAULT_HEADERS = True
+"""Whether chunks are embedded with their context header by default (``WindowSplitter``,
+``ingest``, the ``ingest`` command)."""
 CONTEXT_HEADER = "context_header"
 """Chunk metadata: the header embedded before the chunk's text (absent: none)."""
 SECTION_HEADINGS = "section_headings"

@@ -12,6 +12,7 @@ from langchain_text_splitters import RecursiveCharacterTextSplitter, TextSplitte
 from window_retriever._errors import ConfigurationError
 from window_retriever._headers import (
     CONTEXT_HEADER,
+    DEFAULT_HEADERS,
     HEADER_SCHEME,
     SECTION_HEADINGS,
     heading_paths,
@@ -82,7 +83,7 @@ class WindowSplitter(BaseDocumentTransformer):
         splitter: TextSplitter | None = None,
         *,
         file_id_keys: Sequence[str] = ("source",),
-        headers: bool = True,
+        headers: bool = DEFAULT_HEADERS,
     ) -> None:
         if splitter is None:
             splitter = RecursiveCharacterTextSplitter(
