@@ -331,3 +331,18 @@ def test_a_chroma_store_without_a_langchain_model_embeds_the_header_with_its_own
         assert stored_texts(store) == {c.id: c.page_content for c in chunks}
     finally:
         chroma_client.delete_collection("headers-own-model")
+
+
+def test_a_new_version_that_drops_a_key_is_still_embedded_with_its_header(
+    make_store: Callable[..., Chroma],
+) -> None:
+    spy = SpyEmbeddings(size=32)
+    store = make_store(spy)
+    before = manual()
+    before.metadata["access"] = "public"
+    sync_file(store, splitter().split_documents([before]))
+    spy.texts.clear()
+    after = splitter().split_documents([manual()])  # no "access": Chroma must drop the key
+    assert sync_file(store, after).status == "updated"
+    assert sorted(spy.texts) == sorted(embedded_text(c) for c in after)
+    assert all("access" not in m for m in store.get(include=["metadatas"])["metadatas"])
