@@ -42,7 +42,7 @@ class WindowSplitter(BaseDocumentTransformer):
     position in its file), ``chunk_id`` (deterministic, unique: use it as the store id, so
     re-ingesting a source upserts instead of duplicating), ``start_index`` (character offset
     in the source text) and ``file_version`` (a hash of the source text, its metadata and
-    how it was split and headed). With ``headers`` (the default), a chunk also gets
+    how it was split and headed). With ``headers=True``, a chunk also gets
     ``context_header``: its document's ``title`` and the path of section headings above it
     (``"Errors and Exceptions > Handling Exceptions"``), which is embedded before its text
     while the text stored and returned stays the chunk's own. Metadata values that Chroma
@@ -76,6 +76,11 @@ class WindowSplitter(BaseDocumentTransformer):
             not carry an explicit ``file_id``. Add a tenant or access key here to keep the same
             source ingested for two tenants apart; add ``"page"`` when a loader yields one
             document per page of the same source.
+        headers: Embed each chunk with its context header (default ``False``): its
+            document's ``metadata["title"]``, then the headings of
+            ``metadata["section_headings"]`` above it, which the loaders record for HTML
+            ``h1``-``h3`` and Markdown ``#``-``###``. Part of each file's version: turning it
+            on or off embeds the files that have a title or headings again.
     """
 
     def __init__(

@@ -527,12 +527,12 @@ def test_headers_are_embedded_not_stored_and_switching_them_re_embeds(
     )
     pages = ["/bees.html", "/guide.html"]
     db = tmp_path / "db"
-    assert ingest(site, db, pages, "--no-headers") == 0
+    assert ingest(site, db, pages) == 0  # headers off by default
     plain = stored(db)
     assert sorted(texts) == sorted(plain["documents"])
     texts.clear()
     capsys.readouterr()
-    assert ingest(site, db, pages) == 0  # headers on: every page is embedded again
+    assert ingest(site, db, pages, "--headers") == 0  # every page is embedded again
     assert "2 updated" in capsys.readouterr().out
     headed = stored(db)
     assert sorted(headed["documents"]) == sorted(plain["documents"])  # the same text stored
@@ -546,5 +546,8 @@ def test_headers_are_embedded_not_stored_and_switching_them_re_embeds(
         "Beekeeping Guide > Hive care",
     }
     texts.clear()
-    assert ingest(site, db, pages) == 0
+    assert ingest(site, db, pages, "--headers") == 0
     assert texts == [] and "2 skipped (unchanged)" in capsys.readouterr().out
+    assert ingest(site, db, pages, "--no-headers") == 0  # and back: embedded again
+    assert sorted(texts) == sorted(plain["documents"])
+    assert "2 updated" in capsys.readouterr().out

@@ -153,7 +153,10 @@ def test_the_ingest_pipeline_embeds_header_and_text(
     spy = SpyEmbeddings(size=32)
     store = make(make_store, spy)
     summary = ingest(
-        store, [str(page)], splitter=RecursiveCharacterTextSplitter(chunk_size=80, chunk_overlap=0)
+        store,
+        [str(page)],
+        splitter=RecursiveCharacterTextSplitter(chunk_size=80, chunk_overlap=0),
+        headers=True,
     )
     assert summary.added == 1
     text = load_file(page).document.page_content  # type: ignore[union-attr]
