@@ -80,10 +80,18 @@ def run_set(name: str, args: argparse.Namespace) -> dict[str, Any]:
         sys.exit(f"{name}: bad question rows: {problems[:3]}")
     client = chromadb.PersistentClient(path=str(cache))
     splitter = WindowSplitter(
-        RecursiveCharacterTextSplitter(chunk_size=size, chunk_overlap=overlap, add_start_index=True)
+        RecursiveCharacterTextSplitter(
+            chunk_size=size, chunk_overlap=overlap, add_start_index=True
+        ),
+        **({} if args.headers is None else {"headers": args.headers}),
     )
-    store, chunks = build_store(client, f"{name}-{size}-{overlap}", documents, splitter)
-    print(f"\n## {name}: {len(questions)} questions, {len(documents)} sources, {chunks} chunks")
+    # Stores embedded with and without context headers never share a collection.
+    collection = f"{name}-{size}-{overlap}" + ("-headers" if splitter.headers else "")
+    store, chunks = build_store(client, collection, documents, splitter)
+    print(
+        f"\n## {name}: {len(questions)} questions, {len(documents)} sources, {chunks} chunks, "
+        f"headers {'on' if splitter.headers else 'off'}"
+    )
     texts = {d.metadata["source"]: d.page_content for d in documents}
     report = evaluate(
         store,
@@ -102,6 +110,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--budgets", default="1000,2000,4000")
     parser.add_argument("--configs", help="this library's configurations (default: see above)")
     parser.add_argument("--no-rse", action="store_true", help="skip the RSE peer")
+    parser.add_argument(
+        "--headers",
+        action=argparse.BooleanOptionalAction,
+        help="embed chunks with their context headers (default: WindowSplitter's default)",
+    )
     parser.add_argument(
         "--cache",
         default=str(Path(tempfile.gettempdir()) / "window-retriever-budget"),

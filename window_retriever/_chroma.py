@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import weakref
 from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import replace
 from typing import Any, ClassVar, Literal
 from urllib.parse import quote
 
@@ -149,7 +150,9 @@ class ChromaWindowStore(WindowStore, AsyncWindowStore):
         """Write ``records`` whole: keys their stored versions have and they lack are removed.
 
         Records without a vector go through ``Chroma.add_documents`` (the store embeds them);
-        those with one straight to the collection, as ``add_documents`` would once embedded.
+        those with one straight to the collection, as ``add_documents`` would once embedded. A
+        record with an ``embed_text`` (a context header) is embedded here, by the store's
+        ``embedding_function`` (or the collection's own), and written with its vector.
         """
         if not records:
             return
@@ -157,6 +160,7 @@ class ChromaWindowStore(WindowStore, AsyncWindowStore):
         with store_errors(self.vectorstore):
             stored = self.get_metadata([record.id for record in records])
             exact = [_exactly(record, stored.get(record.id)) for record in records]
+            exact = self._embed_headed(exact)
             to_embed = [record for record in exact if record.embedding is None]
             if to_embed:
                 self.vectorstore.add_documents(
@@ -171,6 +175,20 @@ class ChromaWindowStore(WindowStore, AsyncWindowStore):
                     metadatas=[dict(r.metadata) for r in given],
                     documents=[r.text for r in given],
                 )
+
+    def _embed_headed(self, records: list[Record]) -> list[Record]:
+        """``records``, those to embed with an ``embed_text`` given the vector of that text."""
+        headed = [r for r in records if r.embedding is None and r.embed_text is not None]
+        if not headed:
+            return records
+        texts = [r.to_embed for r in headed]
+        model = self.embeddings
+        if model is not None:
+            vectors: Sequence[Any] = model.embed_documents(texts)
+        else:  # no LangChain model: the collection's own embedding function, as Chroma would
+            vectors = self.vectorstore._collection._embed(input=texts)
+        made = {r.id: [float(x) for x in v] for r, v in zip(headed, vectors, strict=True)}
+        return [replace(r, embedding=made[r.id]) if r.id in made else r for r in records]
 
     def update_metadata(self, ids: Sequence[str], metadata: Mapping[str, Any]) -> None:
         """Chroma's ``update``, which merges ``metadata`` into each stored record."""
@@ -261,7 +279,7 @@ def _exactly(record: Record, stored: Mapping[str, Any] | None) -> Record:
     if not gone:
         return record
     metadata = {**record.metadata, **dict.fromkeys(gone)}
-    return Record(record.id, record.text, metadata, record.embedding)
+    return replace(record, metadata=metadata)
 
 
 class _AsyncServer:

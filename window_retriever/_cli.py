@@ -27,6 +27,7 @@ from window_retriever._errors import (
     OptionName,
     WindowRetrieverError,
 )
+from window_retriever._headers import DEFAULT_HEADERS
 from window_retriever._open import (
     DEFAULT_COLLECTION,
     DEFAULT_DB,
@@ -131,6 +132,16 @@ def build_parser() -> argparse.ArgumentParser:
         default=40,
         metavar="N",
         help="characters shared by neighbouring chunks (default: 40)",
+    )
+    ingest.add_argument(
+        "--headers",
+        action=argparse.BooleanOptionalAction,
+        default=DEFAULT_HEADERS,
+        help=(
+            "embed each chunk with its page title and section headings (the stored text stays "
+            "the chunk); switching re-embeds those pages "
+            f"(default: {'on' if DEFAULT_HEADERS else 'off'})"
+        ),
     )
     ingest.add_argument(
         "--selector",
@@ -409,6 +420,7 @@ def _ingest(args: argparse.Namespace) -> int:
             store,
             args.sources,
             splitter=splitter,
+            headers=args.headers,
             metadata=metadata,
             options=options,
             keep_missing=args.keep_missing,

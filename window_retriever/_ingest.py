@@ -16,6 +16,7 @@ from typing import Any, Literal
 from langchain_core.documents import Document
 
 from window_retriever._errors import ConfigurationError, Message, Option, OwnershipError
+from window_retriever._headers import embedded_text
 from window_retriever._ids import CHUNK_ID, CHUNK_INDEX, FILE_ID, FILE_VERSION
 from window_retriever._stores import Record, WindowStore, store_adapter
 
@@ -158,16 +159,26 @@ def store_chunks(
     size: int,
     vectors: Sequence[Sequence[float]] | None = None,
 ) -> None:
-    """Upsert ``chunks`` under their ids, ``size`` a call; embedded by the store, or ``vectors``."""
+    """Upsert ``chunks`` under their ids, ``size`` a call; embedded by the store, or ``vectors``.
+
+    A chunk the store embeds is embedded as :func:`embedded_text` says (``Record.embed_text``);
+    ``vectors`` must be of that text too.
+    """
     for begin in range(0, len(chunks), size):
         part = chunks[begin : begin + size]
         given = vectors[begin : begin + size] if vectors is not None else [None] * len(part)
-        store.upsert(
-            [
-                Record(chunk.metadata[CHUNK_ID], chunk.page_content, chunk.metadata, vector)
-                for chunk, vector in zip(part, given, strict=True)
-            ]
-        )
+        store.upsert([_record(chunk, vector) for chunk, vector in zip(part, given, strict=True)])
+
+
+def _record(chunk: Document, vector: Sequence[float] | None) -> Record:
+    embed = embedded_text(chunk)
+    return Record(
+        chunk.metadata[CHUNK_ID],
+        chunk.page_content,
+        chunk.metadata,
+        vector,
+        embed_text=None if embed == chunk.page_content else embed,
+    )
 
 
 def _id_batch_size(store: WindowStore) -> int:

@@ -15,7 +15,7 @@ import stat
 import threading
 import time
 import warnings
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,6 +24,7 @@ from urllib.parse import urlsplit
 from langchain_core.documents import Document
 
 from window_retriever._errors import Message, Option
+from window_retriever._headers import SECTION_HEADINGS, Heading, locate_headings, markdown_headings
 from window_retriever._version import __version__
 
 USER_AGENT = f"window-retriever/{__version__} (+https://pypi.org/project/window-retriever/)"
@@ -293,16 +294,20 @@ def load_file(path: Path, options: LoadOptions | None = None) -> Loaded:
     metadata: dict[str, Any] = {"source": os.path.abspath(path)}  # as found, links not followed
     if encoding != "utf-8":
         metadata["encoding"] = encoding
+    headings: Callable[[str], list[Heading]] | None = None
     if path.suffix.lower() in HTML_SUFFIXES:
         title = _page_title(raw)
         if title:
             metadata["title"] = title
-        text = _html_text(_soup(raw, options.selectors))
+        soup = _soup(raw, options.selectors)
+        headings = _html_headings(soup)
+        text = _html_text(soup)
     else:
         text = raw.removeprefix("\ufeff")
         if path.suffix.lower() in (".md", ".markdown"):
             text = _FRONT_MATTER.sub("", text, count=1)
-    return _finish(name, text, metadata, options)
+            headings = markdown_headings
+    return _finish(name, text, metadata, options, headings)
 
 
 def _utf8_name(name: str) -> bool:
@@ -420,7 +425,14 @@ def clean_text(text: str) -> str:
     return re.sub(r"\n{3,}", "\n\n", "\n".join(lines)).strip()
 
 
-def _finish(name: str, text: str, metadata: dict[str, Any], options: LoadOptions) -> Loaded:
+def _finish(
+    name: str,
+    text: str,
+    metadata: dict[str, Any],
+    options: LoadOptions,
+    headings: Callable[[str], list[Heading]] | None = None,
+) -> Loaded:
+    """The loaded document, its text cleaned; its section headings placed in that text."""
     text = clean_text(text)
     if len(_CONTROL.findall(text[:100_000])) > max(8, len(text[:100_000]) // 200):
         return Loaded(name, error=BINARY)
@@ -432,7 +444,16 @@ def _finish(name: str, text: str, metadata: dict[str, Any], options: LoadOptions
         return Loaded(
             name, error=Message(EMPTY, " in the elements of ", Option("selectors", classes, said))
         )
+    found = headings(text) if headings is not None else []
+    if found:
+        metadata[SECTION_HEADINGS] = [list(heading) for heading in found]
     return Loaded(name, Document(page_content=text, metadata=metadata))
+
+
+def _html_headings(soup: Any) -> Callable[[str], list[Heading]]:
+    """The page's ``h1``-``h3`` (read now, before its text is taken), to place in its text."""
+    found = [(int(tag.name[1]), tag.get_text()) for tag in soup.find_all(["h1", "h2", "h3"])]
+    return lambda text: locate_headings(text, found)
 
 
 def _soup(html: str, selectors: Sequence[str]) -> Any:
@@ -587,7 +608,8 @@ def _load_url(url: str, options: LoadOptions, session: Any, titles: dict[str, st
     language = soup.find("html")
     if language is not None and isinstance(language.get("lang"), str):
         metadata["language"] = language["lang"]
-    return _finish(url, _html_text(soup), metadata, options)
+    headings = _html_headings(soup)
+    return _finish(url, _html_text(soup), metadata, options, headings)
 
 
 _BLOCKS = [

@@ -144,7 +144,7 @@ class MemoryWindowStore(WindowStore):
 
     def upsert(self, records: Sequence[Record]) -> None:
         """Store each record whole, replacing the one of its id (text, vector, metadata)."""
-        missing = [record.text for record in records if record.embedding is None]
+        missing = [record.to_embed for record in records if record.embedding is None]
         made = iter(self._embeddings.embed_documents(missing) if missing else [])
         rows = {
             record.id: _Stored(

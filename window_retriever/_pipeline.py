@@ -20,6 +20,7 @@ from typing import Any, Generic, Protocol, TypeVar
 from langchain_core.documents import Document
 
 from window_retriever._errors import OwnershipError
+from window_retriever._headers import embedded_text
 from window_retriever._ids import FILE_ID
 from window_retriever._ingest import (
     INGEST_ORIGIN,
@@ -179,7 +180,7 @@ def pipelined(
     def embed_group() -> None:
         if not group:
             return
-        texts = [c.page_content for _, _, plan in group for c in plan.documents()]
+        texts = [embedded_text(c) for _, _, plan in group for c in plan.documents()]
         parts = [
             (embedding.submit(embeddings.embed_documents, texts[at : at + PART]), at)
             for at in range(0, len(texts), PART)

@@ -131,13 +131,22 @@ Response = Found | IdHits
 class Record:
     """One chunk to write: its id (the ``chunk_id``), text, exact metadata and vector.
 
-    ``embedding`` ``None`` asks the store to embed ``text`` with its own model.
+    ``embedding`` ``None`` asks the store to embed :attr:`to_embed` with its own model: the
+    chunk's ``embed_text`` (its context header and its text) when given, else its ``text``.
+    Whatever is embedded, the store stores and returns ``text``.
     """
 
     id: str
     text: str
     metadata: Mapping[str, Any]
     embedding: Sequence[float] | None = None
+    embed_text: str | None = None
+    """The text to embed in place of ``text`` (``None``: ``text`` itself)."""
+
+    @property
+    def to_embed(self) -> str:
+        """The text a store embeds for this record (when ``embedding`` is ``None``)."""
+        return self.text if self.embed_text is None else self.embed_text
 
 
 class WindowStore(ABC):

@@ -10,6 +10,15 @@ from langchain_core.documents import BaseDocumentTransformer, Document
 from langchain_text_splitters import RecursiveCharacterTextSplitter, TextSplitter
 
 from window_retriever._errors import ConfigurationError
+from window_retriever._headers import (
+    CONTEXT_HEADER,
+    DEFAULT_HEADERS,
+    HEADER_SCHEME,
+    SECTION_HEADINGS,
+    heading_paths,
+    headings_of,
+    make_header,
+)
 from window_retriever._ids import (
     CHUNK_ID,
     CHUNK_INDEX,
@@ -33,9 +42,12 @@ class WindowSplitter(BaseDocumentTransformer):
     position in its file), ``chunk_id`` (deterministic, unique: use it as the store id, so
     re-ingesting a source upserts instead of duplicating), ``start_index`` (character offset
     in the source text) and ``file_version`` (a hash of the source text, its metadata and
-    how it was split). Metadata values that Chroma cannot store are made storable: ``None``
-    is dropped, dicts and mixed or nested lists become JSON strings, other objects become
-    strings.
+    how it was split and headed). With ``headers=True``, a chunk also gets
+    ``context_header``: its document's ``title`` and the path of section headings above it
+    (``"Errors and Exceptions > Handling Exceptions"``), which is embedded before its text
+    while the text stored and returned stays the chunk's own. Metadata values that Chroma
+    cannot store are made storable: ``None`` is dropped, dicts and mixed or nested lists
+    become JSON strings, other objects become strings.
 
     Setup:
         .. code-block:: python
@@ -64,6 +76,11 @@ class WindowSplitter(BaseDocumentTransformer):
             not carry an explicit ``file_id``. Add a tenant or access key here to keep the same
             source ingested for two tenants apart; add ``"page"`` when a loader yields one
             document per page of the same source.
+        headers: Embed each chunk with its context header (default ``False``): its
+            document's ``metadata["title"]``, then the headings of
+            ``metadata["section_headings"]`` above it, which the loaders record for HTML
+            ``h1``-``h3`` and Markdown ``#``-``###``. Part of each file's version: turning it
+            on or off embeds the files that have a title or headings again.
     """
 
     def __init__(
@@ -71,6 +88,7 @@ class WindowSplitter(BaseDocumentTransformer):
         splitter: TextSplitter | None = None,
         *,
         file_id_keys: Sequence[str] = ("source",),
+        headers: bool = DEFAULT_HEADERS,
     ) -> None:
         if splitter is None:
             splitter = RecursiveCharacterTextSplitter(
@@ -90,8 +108,12 @@ class WindowSplitter(BaseDocumentTransformer):
                 f"{file_id_keys!r}; pass e.g. ('source',) or ('tenant', 'source')"
             )
             raise ConfigurationError(msg)
+        if not isinstance(headers, bool):
+            msg = f"headers must be True or False, got {headers!r}"
+            raise ConfigurationError(msg)
         self.splitter = splitter
         self.file_id_keys = tuple(file_id_keys)
+        self.headers = headers
 
     def split_documents(self, documents: Iterable[Document]) -> list[Document]:
         """Split each document and stamp every chunk with its window metadata.
@@ -136,19 +158,30 @@ class WindowSplitter(BaseDocumentTransformer):
 
     def _split_one(self, document: Document, file_id: str) -> list[Document]:
         text = document.page_content
+        headings = headings_of(document.metadata, len(text))
         pieces = self.splitter.split_text(text)
         overlap = getattr(self.splitter, "_chunk_overlap", 0)
         starts = _start_indexes(text, pieces, overlap if isinstance(overlap, int) else 0)
-        stamped = (FILE_ID, CHUNK_INDEX, CHUNK_ID, START_INDEX, FILE_VERSION)
-        own = {k: v for k, v in sanitize_metadata(document.metadata).items() if k not in stamped}
+        source = {k: v for k, v in document.metadata.items() if k != SECTION_HEADINGS}
+        stamped = (FILE_ID, CHUNK_INDEX, CHUNK_ID, START_INDEX, FILE_VERSION, CONTEXT_HEADER)
+        own = {k: v for k, v in sanitize_metadata(source).items() if k not in stamped}
         # The version covers how the text was cut too: the same text split another way puts
         # other text at every position, so no stored chunk of the old split may be kept.
         layout = [[start, len(piece)] for piece, start in zip(pieces, starts, strict=True)]
-        version = content_version(text, {"metadata": own, "layout": layout})
+        extra: dict[str, Any] = {"metadata": own, "layout": layout}
+        headers = [""] * len(pieces)
+        if self.headers:
+            paths = heading_paths(headings, [max(start, 0) for start in starts])
+            headers = [make_header(own.get("title"), path) for path in paths]
+        if any(headers):
+            # And what is embedded: turning headers on or off, or changing how they are made,
+            # re-embeds a file that has any (a file without a title or headings keeps its).
+            extra["headers"] = [HEADER_SCHEME, headers]
+        version = content_version(text, extra)
         chunks = []
         for index, (piece, start) in enumerate(zip(pieces, starts, strict=True)):
             chunk_id = make_chunk_id(file_id, index)
-            metadata = sanitize_metadata(document.metadata)
+            metadata = {k: v for k, v in sanitize_metadata(source).items() if k != CONTEXT_HEADER}
             metadata.update(
                 {
                     FILE_ID: file_id,
@@ -158,6 +191,8 @@ class WindowSplitter(BaseDocumentTransformer):
                     FILE_VERSION: version,
                 }
             )
+            if headers[index]:
+                metadata[CONTEXT_HEADER] = headers[index]
             chunks.append(Document(page_content=piece, metadata=metadata, id=chunk_id))
         return chunks
 

@@ -21,6 +21,7 @@ from typing import Any
 from langchain_text_splitters import TextSplitter
 
 from window_retriever._errors import ConfigurationError
+from window_retriever._headers import DEFAULT_HEADERS
 from window_retriever._ids import make_file_id
 from window_retriever._ingest import (
     OWNER_KEYS,
@@ -122,6 +123,7 @@ def ingest(
     sources: Sequence[str],
     *,
     splitter: TextSplitter | None = None,
+    headers: bool = DEFAULT_HEADERS,
     metadata: Mapping[str, Any] | None = None,
     options: LoadOptions | None = None,
     keep_missing: bool = False,
@@ -146,6 +148,9 @@ def ingest(
             ``WindowStore`` (``MemoryWindowStore`` in tests).
         sources: URLs, files and directories.
         splitter: The text splitter (default: 400 characters with 40 of overlap).
+        headers: Embed each chunk with its context header: the page's title and the path
+            of section headings above it (see ``WindowSplitter``). Turning it on or off
+            embeds the files that have a title or headings again on their next ingest.
         metadata: Stamped on every chunk, e.g. ``{"tenant": "acme"}``.
         options: How sources are fetched and parsed.
         keep_missing: Keep the stored files that are gone from a directory given again.
@@ -170,7 +175,7 @@ def ingest(
         msg = f"metadata cannot set {', '.join(reserved)}: ingestion stamps it"
         raise ConfigurationError(msg)
     owners = sorted(key for key in metadata if key in OWNER_KEYS)
-    window_splitter = WindowSplitter(splitter, file_id_keys=("source", *owners))
+    window_splitter = WindowSplitter(splitter, file_id_keys=("source", *owners), headers=headers)
     unreadable: list[str] = []
     repeated: list[tuple[str, str]] = []
     try:

@@ -501,3 +501,53 @@ def test_a_second_install_of_the_demo_replaces_the_first_ones_pages(
     client = chromadb.PersistentClient(path=db)
     sources = {m["source"] for m in client.get_collection("documents").get()["metadatas"]}
     assert sources and all(s.startswith(str(bundled_pages())) for s in sources)
+
+
+def test_headers_are_embedded_not_stored_and_switching_them_re_embeds(
+    site: Site, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    texts: list[str] = []
+    original = MiniLMEmbeddings.embed_documents
+
+    def spying(self: MiniLMEmbeddings, batch: list[str]) -> list[list[float]]:
+        texts.extend(batch)
+        return original(self, batch)
+
+    monkeypatch.setattr(MiniLMEmbeddings, "embed_documents", spying)
+    body = "".join(f"<p>{p}</p>" for p in article("hives", 8))
+    site.pages["/guide.html"] = (
+        200,
+        "text/html",
+        (
+            "<html><head><title>Beekeeping Guide</title></head><body>"
+            '<h1 class="post-title">Beekeeping Guide</h1><div class="post-content">'
+            f"<p>Intro.</p><h2>Hive care</h2>{body}</div></body></html>"
+        ).encode(),
+        0.0,
+    )
+    pages = ["/bees.html", "/guide.html"]
+    db = tmp_path / "db"
+    assert ingest(site, db, pages) == 0  # headers off by default
+    plain = stored(db)
+    assert sorted(texts) == sorted(plain["documents"])
+    texts.clear()
+    capsys.readouterr()
+    assert ingest(site, db, pages, "--headers") == 0  # every page is embedded again
+    assert "2 updated" in capsys.readouterr().out
+    headed = stored(db)
+    assert sorted(headed["documents"]) == sorted(plain["documents"])  # the same text stored
+    by_id = dict(zip(headed["ids"], headed["metadatas"], strict=True))
+    documents = dict(zip(headed["ids"], headed["documents"], strict=True))
+    expected = {f"{m['context_header']}\n\n{documents[i]}" for i, m in by_id.items()}
+    assert set(texts) == expected
+    assert {m["context_header"] for m in by_id.values()} == {
+        "Bees",
+        "Beekeeping Guide",
+        "Beekeeping Guide > Hive care",
+    }
+    texts.clear()
+    assert ingest(site, db, pages, "--headers") == 0
+    assert texts == [] and "2 skipped (unchanged)" in capsys.readouterr().out
+    assert ingest(site, db, pages, "--no-headers") == 0  # and back: embedded again
+    assert sorted(texts) == sorted(plain["documents"])
+    assert "2 updated" in capsys.readouterr().out

@@ -26,6 +26,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
     # the store contract, and what stands beside it without a store: LangChain types allowed
     "contract": (
         "_embeddings",
+        "_headers",
         "_loaders",
         "_lock",
         "_params",
