@@ -133,7 +133,7 @@ class ContextWindowRetriever(BaseRetriever):
     """Adaptive only: how much of its anchor's relevance a neighbour borrows (0 to 1). 0
     gives plain top chunks; 1, blind growth. The default was chosen on two dev sets."""
 
-    floor: float | None = None
+    floor: float | None = Field(default=None, strict=True)
     """A relevance floor relative to the best hit, 0 to 1, so that a weak hit never starts a
     window; ``None`` (the default) is off. A hit is kept when its distance lies within
     ``1 - floor`` of the candidates' spread from the best one's: ``distance - best <=
@@ -143,7 +143,7 @@ class ContextWindowRetriever(BaseRetriever):
     models. Every strategy and candidate source (fused hits by their vector distance). A
     hit under the floor may still come back as a neighbour of a stronger window."""
 
-    diversity: float = 0.0
+    diversity: float = Field(default=0.0, strict=True)
     """Adaptive only: maximal marginal relevance between windows, 0 (off, the default) to 1.
     A hit that would open a new window loses ``diversity`` times its highest cosine
     similarity to the chunks already chosen (their stored embeddings), so a near-copy of a
