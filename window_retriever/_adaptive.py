@@ -28,11 +28,24 @@ it); ``coherence = 1`` makes every neighbour as good as its hit (blind growth). 
 rule only compares values, it is unchanged by any increasing affine rescaling of the
 relevance: one setting carries across embedding models whose similarities sit on different
 scales, and across distance spaces (for unit vectors, squared L2 is affine in cosine).
+
+With ``diversity`` (maximal marginal relevance over the stored embeddings), an unused hit that
+would open a *new* window is worth its relevance minus ``diversity`` times its highest cosine
+similarity to any chunk already chosen (clipped at 0), that similarity expressed in the
+relevance's units::
+
+    value(new hit) = relevance(hit) - diversity * max(0, max cosine(hit, chosen chunks))
+
+so a near-copy of a chosen window loses about ``diversity`` and a hit on another topic next to
+nothing. It is the classic MMR, ``l * relevance - (1 - l) * redundancy`` with
+``l = 1 / (1 + diversity)``: ``diversity = 1`` weighs the two equally, 0 is off (today's
+selection, exactly). A hit that touches a window (it would join it) and a neighbour are never
+discounted: diversity is between windows, not within one.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from window_retriever._windows import (
@@ -46,6 +59,9 @@ from window_retriever._windows import (
     Position,
     Window,
 )
+
+Similarity = Callable[[str], Sequence[float] | None]
+"""A chunk id -> the cosine similarity of every hit to that chunk (``None``: no embedding)."""
 
 DEFAULT_COHERENCE = 0.6
 """Chosen on the two dev sets (LoCoMo and the Python documentation questions); see README."""
@@ -139,6 +155,8 @@ def select_adaptive(
     mode: Mode,
     length_function: LengthFunction,
     coherence: float = DEFAULT_COHERENCE,
+    diversity: float = 0.0,
+    similarity: Similarity | None = None,
     measure: Measure | None = None,
 ) -> tuple[list[Window], bool]:
     """Choose at most ``k`` windows whose lengths add up to at most ``total_budget``.
@@ -155,6 +173,11 @@ def select_adaptive(
         mode: Which way windows grow: ``"both"``, ``"next"`` or ``"prev"``.
         length_function: The measure of text that both budgets limit.
         coherence: How much of its anchor's value a neighbour borrows, from 0 to 1.
+        diversity: What a hit that would open a new window loses per unit of its highest
+            cosine similarity to a chosen chunk, in the units of ``relevance`` (0: off).
+        similarity: For ``diversity``: given a chunk id, the cosine similarity of every hit
+            (in the order of ``hits``) to that chunk, or ``None`` when the chunk has no
+            stored embedding (it then discounts nothing).
         measure: A cache of lengths to share with the caller.
 
     Returns:
@@ -176,6 +199,9 @@ def select_adaptive(
     spent = 0
     opened = 0
     rank_of = {hit.chunk.id: r for r, hit in enumerate(hits)}
+    redundancy = (
+        _Redundancy(len(hits), similarity) if diversity > 0 and similarity is not None else None
+    )
 
     while True:
         candidates: list[_Candidate] = []
@@ -184,6 +210,8 @@ def select_adaptive(
             if hit.chunk.id in taken_ids or ("hit", hit.chunk.id) in dropped:
                 continue
             value = _relevance(hit, relevance)
+            if redundancy is not None and not _touching(hit.chunk, taken):
+                value -= diversity * redundancy.of(r)
             candidates.append(_Candidate((-value, 0, r, 0), "hit", hit.chunk, value))
         for run in runs:
             if run.chunks[0].position is None:
@@ -208,6 +236,8 @@ def select_adaptive(
             break
         spent = _apply(chosen, runs, taken, taken_ids, measure, opened)
         opened += 1
+        if redundancy is not None:
+            redundancy.take(chosen.chunk.id)
 
     hits_by_run: dict[int, list[Hit]] = {id(run): [] for run in runs}
     for hit in hits:
@@ -226,6 +256,22 @@ def select_adaptive(
     first_rank = {id(w): min(rank_of[h.chunk.id] for h in w.hits) for w in windows}
     windows.sort(key=lambda w: (w.score, first_rank[id(w)]))
     return windows, False
+
+
+class _Redundancy:
+    """Each hit's highest cosine similarity (at least 0) to the chunks chosen so far."""
+
+    def __init__(self, count: int, similarity: Similarity) -> None:
+        self._similarity = similarity
+        self._best = [0.0] * count
+
+    def of(self, rank: int) -> float:
+        return self._best[rank]
+
+    def take(self, chunk_id: str) -> None:
+        row = self._similarity(chunk_id)
+        if row is not None:
+            self._best = [max(old, new) for old, new in zip(self._best, row, strict=True)]
 
 
 def _relevance(hit: Hit, relevance: Mapping[str, float]) -> float:

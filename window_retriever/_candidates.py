@@ -461,3 +461,35 @@ def absorbed(
             continue
         found.append(Hit(chunks[hit.chunk.position], hit.distance))  # type: ignore[index]
     return found
+
+
+def above_floor(hits: Sequence[Hit], floor: float | None) -> list[Hit]:
+    """The hits strong enough to start a window, in their order: the relevance floor.
+
+    With ``floor`` f, a hit is kept when its distance lies within ``1 - f`` of the pool's
+    spread from the best hit's: ``distance - best <= (1 - f) * (worst - best)``, the best and
+    worst being the smallest and largest distances among ``hits`` (for fused hits, their
+    vector distances, which every hit has). So 0 keeps every hit, 1 only the best (and its
+    ties), 0.5 the hits nearer the best than the weakest. ``None`` is off.
+
+    Why the spread, not a share of the best similarity (``similarity >= f * best``): the rule
+    only compares differences of distances, so it is unchanged by any increasing affine
+    rescaling of them. One setting then means the same in every distance space (for unit
+    vectors squared L2 is twice the cosine distance, and inner product distance is the cosine
+    distance) and across embedding models whose similarities sit in different bands (one
+    model's hits all between 0.7 and 0.9 cosine, another's between 0.2 and 0.7), where a ratio
+    of similarities would cut nothing for the first and a lot for the second. The price: the
+    floor is relative to the pool searched, so a wider search (a larger ``fetch_k``) reaches
+    weaker hits and lowers it, and for any f above 0 the pool's weakest hit is always dropped
+    (unless all tie). The relevance scale of ``_adaptive`` carries across models for the same
+    reason.
+
+    A hit under the floor is only kept from *starting* a window: its chunk stays known, and a
+    stronger window may still take it as a neighbour (it then counts as a neighbour, not as one
+    of the window's hits, and adds nothing to its ``score`` or ``hit_ids``).
+    """
+    if floor is None or len(hits) < 2:
+        return list(hits)
+    best = min(hit.distance for hit in hits)
+    spread = max(hit.distance for hit in hits) - best
+    return [hit for hit in hits if hit.distance - best <= (1.0 - floor) * spread]

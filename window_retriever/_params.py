@@ -31,6 +31,8 @@ OVERRIDABLE = (
     "total_budget",
     "expansion",
     "coherence",
+    "floor",
+    "diversity",
     "keyword_weight",
     "mode",
     "filter",
@@ -62,6 +64,10 @@ class Params:
     candidates: Any = None
     """``"vector"``, ``"hybrid"``, a LangChain retriever whose hits grow into windows, or
     ``None``: hybrid with a total budget where the store has a keyword search, else vector."""
+    floor: float | None = None
+    """The relevance floor, 0 to 1, or ``None`` (off): see ``ContextWindowRetriever.floor``."""
+    diversity: float = 0.0
+    """Adaptive only: the MMR weight, 0 (off) to 1: see ``ContextWindowRetriever.diversity``."""
 
     @property
     def adaptive(self) -> bool:
@@ -126,7 +132,20 @@ def resolve(
     ):
         msg = f"keyword_weight must be a number from 0 to 100, got {keyword_weight!r}"
         raise ConfigurationError(msg)
+    floor = values["floor"]
+    if floor is not None and not _fraction(floor):
+        msg = (
+            f"floor must be a number from 0 to 1 (a share of the hits' spread of distances, "
+            f"1 keeping only the best hit) or None to keep every hit, got {floor!r}"
+        )
+        raise ConfigurationError(msg)
+    diversity = values["diversity"]
+    if not _fraction(diversity):
+        msg = f"diversity must be a number from 0 (off) to 1, got {diversity!r}"
+        raise ConfigurationError(msg)
     return Params(
+        floor=None if floor is None else float(floor),
+        diversity=float(diversity),
         keyword_weight=float(keyword_weight),
         candidates=_candidates(values["candidates"]),
         k=k,
@@ -203,6 +222,11 @@ def _where(name: str, value: Any) -> Mapping[str, Any] | None:
         except ValueError as error:
             raise ConfigurationError(str(error)) from None
     return value
+
+
+def _fraction(value: Any) -> bool:
+    """A number from 0 to 1 (not a bool, not NaN)."""
+    return not isinstance(value, bool) and isinstance(value, int | float) and 0.0 <= value <= 1.0
 
 
 def _positive_int(name: str, value: Any, meaning: str) -> int:

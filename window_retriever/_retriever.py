@@ -29,6 +29,7 @@ from window_retriever._candidates import (
     RetrieverHits,
     TypicalLength,
     VectorSearch,
+    above_floor,
 )
 from window_retriever._errors import ConfigurationError
 from window_retriever._fusion import DEFAULT_KEYWORD_WEIGHT
@@ -132,6 +133,23 @@ class ContextWindowRetriever(BaseRetriever):
     """Adaptive only: how much of its anchor's relevance a neighbour borrows (0 to 1). 0
     gives plain top chunks; 1, blind growth. The default was chosen on two dev sets."""
 
+    floor: float | None = Field(default=None, strict=True)
+    """A relevance floor relative to the best hit, 0 to 1, so that a weak hit never starts a
+    window; ``None`` (the default) is off. A hit is kept when its distance lies within
+    ``1 - floor`` of the candidates' spread from the best one's: ``distance - best <=
+    (1 - floor) * (worst - best)`` (0 keeps all, 1 only the best, 0.5 those nearer the best
+    than the weakest). Relative to the candidates searched, and unchanged by any increasing
+    affine rescaling of distances, so one value carries across distance spaces and embedding
+    models. Every strategy and candidate source (fused hits by their vector distance). A
+    hit under the floor may still come back as a neighbour of a stronger window."""
+
+    diversity: float = Field(default=0.0, strict=True)
+    """Adaptive only: maximal marginal relevance between windows, 0 (off, the default) to 1.
+    A hit that would open a new window loses ``diversity`` times its highest cosine
+    similarity to the chunks already chosen (their stored embeddings), so a near-copy of a
+    chosen window gives way to a hit on another topic; 1 weighs relevance and redundancy
+    equally (classic MMR with lambda 0.5). Static expansion ignores it."""
+
     mode: Mode = "both"
     """Which way windows grow: ``"both"`` (after, before, after, ...), ``"next"`` or ``"prev"``."""
 
@@ -198,8 +216,9 @@ class ContextWindowRetriever(BaseRetriever):
         """The ``k`` hits windows would grow from, as plain chunks, best first; no neighbours.
 
         What the candidate step finds (vector, hybrid or another retriever's hits) under the
-        same options and filters, each with its ``score`` (distance) and, fused, its
-        ``hit_ranks``: for inspecting retrieval, or as a plain top-chunks baseline.
+        same options and filters (``floor`` relative to these ``k``), each with its ``score``
+        (distance) and, fused, its ``hit_ranks``: for inspecting retrieval, or as a plain
+        top-chunks baseline.
         """
         store = self._store()
         params = self._params(kwargs)
@@ -208,6 +227,7 @@ class ContextWindowRetriever(BaseRetriever):
             raise ConfigurationError(msg)
         source = self._source(params, store)
         pool = _run(source.find(query, params.k, params, embeddings=False), store)
+        pool.hits = above_floor(pool.hits, params.floor)
         return [
             Document(
                 page_content=hit.chunk.text,

@@ -14,6 +14,7 @@ windows as documents. The pure work (plans, growth, merging, selection) is in ``
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 
 from window_retriever._adaptive import plan_adaptive_fetch, select_adaptive
 from window_retriever._candidates import (
@@ -23,6 +24,7 @@ from window_retriever._candidates import (
     Pool,
     TypicalLength,
     VectorSearch,
+    above_floor,
     absorbed,
     to_query,
 )
@@ -31,6 +33,7 @@ from window_retriever._params import Params
 from window_retriever._records import once, to_document
 from window_retriever._windows import (
     Assembly,
+    Hit,
     Measure,
     Position,
     Window,
@@ -77,6 +80,7 @@ class _Budgeted(Strategy):
         planned = self.plan(pool, params, measure)
         yield from neighbours.fetch(pool, [*pool.unread.values(), *planned])
         pool.settle()  # hits known by id only were read with the neighbours
+        pool.hits = above_floor(pool.hits, params.floor)  # the weaker stay known as neighbours
         windows, over = self.select(pool, params, measure)
         if not over:
             windows = fit_total(windows, total, params.length_function)
@@ -146,8 +150,15 @@ class Adaptive(_Budgeted):
             mode=params.mode,
             length_function=params.length_function,
             coherence=params.coherence,
+            diversity=params.diversity * _COSINE_UNIT[pool.space],
+            similarity=cosines(pool) if params.diversity > 0 else None,
             measure=measure,
         )
+
+
+# One unit of cosine similarity in each space's distance, for unit vectors: the diversity
+# discount is then on the scale of the relevance it is taken from.
+_COSINE_UNIT = {"l2": 2.0, "cosine": 1.0, "ip": 1.0}
 
 
 class StaticWindows(Strategy):
@@ -156,11 +167,15 @@ class StaticWindows(Strategy):
     Once the typical chunk length is known (from earlier calls), a vector search asks for ids
     and distances only and the one fetch brings the texts of the hits the plan covers with
     their neighbours: Chroma's cheapest search, and nothing read twice. When merging leaves
-    fewer than ``k`` windows, it searches again, twice as wide.
+    fewer than ``k`` windows, it searches again, twice as wide, unless the relevance floor
+    dropped a hit (the floor is relative to the pool searched: the hits it left are the
+    windows). ``diversity`` does not apply: windows follow the hits' order.
     """
 
     def __init__(self, lengths: TypicalLength) -> None:
         self.lengths = lengths
+        self.floored = False
+        """The relevance floor dropped a hit of the last search."""
 
     def run(self, query: str, params: Params, source: CandidateSource) -> Flow:
         neighbours = Neighbours(params)
@@ -177,10 +192,15 @@ class StaticWindows(Strategy):
             if pool is None:
                 lean = False
                 pool = yield from source.find(query, fetch_k, params, embeddings=False)
+                pool.hits = self._floor(pool.hits, params)
                 wanted = None  # planned from the texts read
             assembly = yield from self._assemble(pool, wanted, params, neighbours)
             unread = any(hit.chunk.position not in pool.chunks for hit in pool.beyond)
-            if len(assembly.windows) >= params.k or (pool.returned < fetch_k and not unread):
+            if (
+                len(assembly.windows) >= params.k
+                or (pool.returned < fetch_k and not unread)
+                or (self.floored and not unread)
+            ):
                 return once([to_document(window) for window in assembly.windows])
             if unread:
                 lean = False  # fewer windows than planned: read every candidate
@@ -205,6 +225,7 @@ class StaticWindows(Strategy):
         if found is None:  # ids not made by WindowSplitter: never again
             self.lengths.disable()
             return None, []
+        found = self._floor(found, params)
         wanted, covered = plan_positions(
             found,
             dict.fromkeys((hit.chunk.id for hit in found), typical),
@@ -221,6 +242,11 @@ class StaticWindows(Strategy):
         pool.beyond = found[len(covered) :]
         pool.returned = returned
         return pool, wanted
+
+    def _floor(self, hits: list[Hit], params: Params) -> list[Hit]:
+        kept = above_floor(hits, params.floor)
+        self.floored = len(kept) < len(hits)
+        return kept
 
     def _assemble(
         self,
@@ -290,3 +316,27 @@ def relevance(pool: Pool) -> dict[str, float]:
             if hit.chunk.id in values:
                 values[hit.chunk.id] = max(values[hit.chunk.id], value)
     return values
+
+
+def cosines(pool: Pool) -> Callable[[str], list[float] | None]:
+    """For diversity: a chunk id -> the cosine similarity of every hit to it.
+
+    From the stored embeddings (0 for a hit without one); ``None`` for a chunk without one.
+    """
+    import numpy as np  # only with diversity: importing the retriever should not cost numpy
+
+    rows = [pool.vectors.get(hit.chunk.id, ()) for hit in pool.hits]
+    width = next((len(row) for row in rows if len(row) > 0), 0)
+    matrix = np.asarray(
+        [row if len(row) == width else [0.0] * width for row in rows], dtype=np.float64
+    ).reshape(len(rows), width)
+    matrix /= np.clip(np.linalg.norm(matrix, axis=1, keepdims=True), 1e-12, None)
+
+    def similarity(chunk_id: str) -> list[float] | None:
+        vector = pool.vectors.get(chunk_id)
+        if vector is None or width == 0 or len(vector) != width:
+            return None
+        v = np.asarray(vector, dtype=np.float64)
+        return [float(x) for x in matrix @ (v / max(float(np.linalg.norm(v)), 1e-12))]
+
+    return similarity

@@ -28,7 +28,7 @@ class Config:
 WINDOW_OPTIONS = tuple(name for name in OVERRIDABLE if name not in ("filter", "where_document"))
 _WINDOW_HELP = (
     "window[:total_budget=N|none;expansion=adaptive|static;window_budget=N;"
-    "mode=both|prev|next;k=N;fetch_k=N;coherence=X;candidates=vector|hybrid|keyword;keyword_weight=X]"
+    "mode=both|prev|next;k=N;fetch_k=N;coherence=X;floor=X|none;diversity=X;candidates=vector|hybrid|keyword;keyword_weight=X]"
 )
 
 
@@ -69,6 +69,10 @@ def parse_configs(text: str | Sequence[str]) -> list[Config]:
                         f"option {key}={value} in configuration {item.strip()!r} must be at least 1"
                     )
                     raise ConfigurationError(msg)
+            if key in ("coherence", "keyword_weight", "diversity") or (
+                key == "floor" and value.lower() != "none"
+            ):
+                _number_option(Config(item.strip(), kind), key, value)
             choices = {
                 "mode": ("both", "next", "prev"),
                 "expansion": ("adaptive", "static"),

@@ -81,8 +81,10 @@ def make_retrieve(
     for key, value in options.items():
         if key in ("k", "fetch_k", "window_budget"):
             arguments[key] = _int_option(config, key, value)
-        elif key in ("coherence", "keyword_weight"):
+        elif key in ("coherence", "keyword_weight", "diversity"):
             arguments[key] = _number_option(config, key, value)
+        elif key == "floor":
+            arguments[key] = None if value.lower() == "none" else _number_option(config, key, value)
         else:
             arguments[key] = value
     if fixed_total is not None and fixed_total.lower() != "none":
