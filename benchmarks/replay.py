@@ -38,6 +38,9 @@ from locomo import build_store
 
 from window_retriever import ContextWindowRetriever, WindowSplitter, default_embeddings
 
+VECTOR = {"candidates": "vector", "k": 4}
+"""0.2.0's defaults with a total budget, pinned so that its records still compare."""
+
 
 def configurations(sources: Sequence[str]) -> dict[str, dict[str, Any]]:
     """Named retriever arguments; one retriever per name serves every question (lean search)."""
@@ -47,13 +50,28 @@ def configurations(sources: Sequence[str]) -> dict[str, dict[str, Any]]:
         "static-k4": {},
         "static-k2-next": {"k": 2, "mode": "next"},
         "static-k3-prev": {"k": 3, "mode": "prev", "window_budget": 900},
-        "total-1000": {"total_budget": 1000},
-        "total-2000": {"total_budget": 2000},
-        "total-4000-k12": {"total_budget": 4000, "k": 12},
-        "total-2000-static": {"total_budget": 2000, "expansion": "static", "window_budget": 600},
+        "total-1000": {"total_budget": 1000, **VECTOR},
+        "total-2000": {"total_budget": 2000, **VECTOR},
+        "total-4000-k12": {"total_budget": 4000, "k": 12, "candidates": "vector"},
+        "total-2000-static": {
+            "total_budget": 2000,
+            "expansion": "static",
+            "window_budget": 600,
+            **VECTOR,
+        },
         "filtered-static": {"filter": {"source": {"$in": half}}},
-        "filtered-total-2000": {"filter": {"source": {"$in": half}}, "total_budget": 2000},
-        "tokens-total-400": {"total_budget": 400, "window_budget": 120, "length_function": tokens},
+        "filtered-total-2000": {
+            "filter": {"source": {"$in": half}},
+            "total_budget": 2000,
+            **VECTOR,
+        },
+        "tokens-total-400": {
+            "total_budget": 400,
+            "window_budget": 120,
+            "length_function": tokens,
+            **VECTOR,
+        },
+        "default-2000": {"total_budget": 2000},
     }
 
 
@@ -87,7 +105,7 @@ def replay(name: str, cache: Path) -> dict[str, Any]:
         retriever = ContextWindowRetriever(vectorstore=store, **arguments)
         record[label] = [windows(retriever.invoke(question)) for question in questions]
         print(f"{name} {label}: {len(questions)} questions", file=sys.stderr)
-    retriever = ContextWindowRetriever(vectorstore=store, total_budget=2000)
+    retriever = ContextWindowRetriever(vectorstore=store, total_budget=2000, **VECTOR)
 
     async def run_async() -> list[list[dict[str, Any]]]:
         return [windows(await retriever.ainvoke(question)) for question in questions[:40]]

@@ -404,38 +404,65 @@ def assemble(
 def join_texts(chunks: Sequence[Chunk]) -> str:
     """Join consecutive chunks of one file, dropping the text that neighbours share.
 
-    Overlap is measured by ``start`` offsets: if a chunk starts before its predecessor ends,
-    the shared characters are kept once. Where the splitter dropped whitespace between two
-    chunks, one space (a one-character gap) or a newline (a longer gap) stands in for it.
-    Chunks without ``start`` are joined with a newline.
+    Overlap is measured by ``start`` offsets: if a chunk starts before the text joined so far
+    ends, the shared characters are kept once (a chunk wholly inside that text adds nothing).
+    Where the splitter dropped whitespace between two chunks, one space (a one-character gap)
+    or a newline (a longer gap) stands in for it. Chunks without ``start`` are joined with a
+    newline.
     """
-    if not chunks:
-        return ""
-    parts = [chunks[0].text]
-    for before, after in itertools.pairwise(chunks):
-        overlap, separator = _seam(before, after)
-        parts.append(separator + after.text[overlap:])
-    return "".join(parts)
+    return _layout(chunks)[0]
 
 
 def chunk_spans(chunks: Sequence[Chunk]) -> list[tuple[int, int]]:
     """Return where each chunk's full text stands in ``join_texts(chunks)``, as (start, end)."""
+    return _layout(chunks)[1]
+
+
+def _layout(chunks: Sequence[Chunk]) -> tuple[str, list[tuple[int, int]]]:
+    """The joined text and each chunk's span in it.
+
+    ``reach`` is the offset in the source just past the text joined so far (the furthest end
+    of any chunk yet, which is not always the previous chunk's: a splitter may emit a short
+    chunk inside the one before it), and ``length`` the joined text's length at that point.
+    """
+    parts: list[str] = []
     spans: list[tuple[int, int]] = []
     length = 0
+    reach: int | None = None
     for number, chunk in enumerate(chunks):
-        if number == 0:
-            begin = 0
-            length = len(chunk.text)
+        size = len(chunk.text)
+        if number == 0 or reach is None or chunk.start is None:
+            separator = "" if number == 0 else "\n"
+            parts.append(separator + chunk.text)
+            begin = length + len(separator)
+            length = begin + size
+            reach = None if chunk.start is None else chunk.start + size
+        elif chunk.start + size <= reach:  # wholly inside the text joined so far
+            begin = length - (reach - chunk.start)
+        elif chunk.start < reach:  # overlaps it: the shared characters once
+            shared = reach - chunk.start
+            parts.append(chunk.text[shared:])
+            begin = length - shared
+            length += size - shared
+            reach = chunk.start + size
         else:
-            overlap, separator = _seam(chunks[number - 1], chunk)
-            begin = length + len(separator) - overlap
-            length += len(separator) + len(chunk.text) - overlap
-        spans.append((begin, begin + len(chunk.text)))
-    return spans
+            gap = chunk.start - reach
+            separator = "" if gap == 0 else " " if gap == 1 else "\n"
+            parts.append(separator + chunk.text)
+            begin = length + len(separator)
+            length = begin + size
+            reach = chunk.start + size
+        spans.append((begin, begin + size))
+    return "".join(parts), spans
 
 
 def _seam(before: Chunk, after: Chunk) -> tuple[int, str]:
-    """Return how many leading characters of ``after`` repeat ``before``, and the separator."""
+    """How many leading characters of ``after`` repeat ``before``, and the separator.
+
+    Pairwise, as :class:`Measure` grows a window one chunk at a time; :func:`join_texts` also
+    looks past a chunk nested in the one before it, so where a splitter emits one, a measured
+    length can only be the longer (the budget is still kept).
+    """
     if before.start is None or after.start is None:
         return 0, "\n"
     gap = after.start - (before.start + len(before.text))

@@ -406,3 +406,32 @@ def test_a_repeated_piece_is_not_put_back_inside_the_one_before(
         [Document(page_content=text, metadata={"source": "w"})]
     )
     assert [c.metadata["start_index"] for c in chunks] == starts
+
+
+def test_a_chunk_the_splitter_emits_inside_the_one_before_keeps_every_span_true() -> None:
+    # found by hypothesis: with overlap 7 of 8 the splitter emits "the" twice, and the first
+    # one is placed inside "the end"; the join must not measure the next seam from inside it
+    words = ["the", "end", "\n\n", "the", "\n", "\n\n"]
+    text = " ".join(words)
+    splitter = RecursiveCharacterTextSplitter(chunk_size=8, chunk_overlap=7)
+    chunks = WindowSplitter(splitter).split_documents(
+        [Document(page_content=text, metadata={"source": "w"})]
+    )
+    window = [
+        Chunk(
+            id=str(n),
+            text=c.page_content,
+            file_id="f",
+            index=n,
+            start=c.metadata["start_index"],
+        )
+        for n, c in enumerate(chunks)
+    ]
+    joined = join_texts(window)
+    for chunk, (begin, end) in zip(window, chunk_spans(window), strict=True):
+        assert joined[begin:end] == chunk.text
+    assert joined.split() == text.split()
+    nested = [Chunk("a", "abcdefgh", "f", 0, start=0), Chunk("b", "cd", "f", 1, start=2)]
+    after = [*nested, Chunk("c", "ghij", "f", 2, start=6)]
+    assert join_texts(after) == "abcdefghij"  # measured from "abcdefgh"'s end, not "cd"'s
+    assert chunk_spans(after) == [(0, 8), (2, 4), (6, 10)]
