@@ -73,10 +73,11 @@ class _Budgeted(Strategy):
         total = params.total_budget
         assert total is not None  # noqa: S101 - strategy_for checked
         pool = yield from source.find(
-            query, params.fetch_k, params, embeddings=self.embeddings, defer=self.embeddings
+            query, params.fetch_k, params, embeddings=self.embeddings, defer=True
         )
         measure = Measure(params.length_function)
-        neighbours = Neighbours(params, embeddings=self.embeddings)
+        # hits known by id only come with the neighbours, with their vectors (for distances)
+        neighbours = Neighbours(params, embeddings=self.embeddings or bool(pool.unread))
         planned = self.plan(pool, params, measure)
         yield from neighbours.fetch(pool, [*pool.unread.values(), *planned])
         pool.settle()  # hits known by id only were read with the neighbours

@@ -261,6 +261,10 @@ def plan_fetch(
     measure = measure or Measure(length_function)
     windowable = [hit for hit in hits if hit.chunk.position is not None]
     lengths = {hit.chunk.id: measure.text(hit.chunk) for hit in windowable}
+    read = sorted(lengths[hit.chunk.id] for hit in windowable if hit.chunk.text)
+    for hit in windowable:  # a hit not read yet (known by id) plans at the typical length
+        if not hit.chunk.text:
+            lengths[hit.chunk.id] = read[len(read) // 2] if read else 1
     return plan_positions(
         windowable, lengths, k=k, budget=budget, mode=mode, total_budget=total_budget
     )[0]

@@ -71,11 +71,14 @@ def conversations(make_store: Callable[..., Chroma]) -> tuple[Chroma, list[Docum
     return store, chunks
 
 
+@pytest.mark.parametrize("expansion", ["adaptive", "static"])
 def test_hybrid_costs_one_search_and_one_fetch_once_its_index_is_built(
-    conversations: tuple[Chroma, list[Document]], spy_on: Callable[[Chroma], StoreSpy]
+    conversations: tuple[Chroma, list[Document]],
+    spy_on: Callable[[Chroma], StoreSpy],
+    expansion: str,
 ) -> None:
     store, _ = conversations
-    retriever = ContextWindowRetriever(vectorstore=store, total_budget=800)
+    retriever = ContextWindowRetriever(vectorstore=store, total_budget=800, expansion=expansion)
     retriever.invoke("warm the keyword index")
     spy = spy_on(store)
     keyword_only = 0
