@@ -273,14 +273,16 @@ class KeywordIndex:
             scores[~self._allowed(snapshot, where, where_document)] = 0
             predicate = _always
         hits = np.flatnonzero(scores > 0)
-        order = hits[np.lexsort((hits, -scores[hits]))]  # score down, then row (= id) up
-        found: list[tuple[str, float]] = []
-        for row in order.tolist():
-            if predicate is _always or predicate(snapshot.metadatas[row]):
-                found.append((snapshot.ids[row], float(scores[row])))
-                if len(found) == k:
-                    break
-        return found
+        want = k if predicate is _always else 4 * k
+        if len(hits) > want:
+            # Sorting every row that holds a query word costs 14 ms at 100k chunks; the rows
+            # at or above the want-th best score are all a walk of ``want`` can reach, and in
+            # the same order (ties included), so only they are sorted first.
+            kth = np.partition(scores[hits], len(hits) - want)[len(hits) - want]
+            found = _walk(snapshot, hits[scores[hits] >= kth], scores, predicate, k)
+            if len(found) == k:
+                return found
+        return _walk(snapshot, hits, scores, predicate, k)
 
     async def asearch(
         self,
@@ -486,6 +488,20 @@ class _Stemmers(threading.local):
 
 
 _stemmers = _Stemmers()
+
+
+def _walk(
+    snapshot: Any, rows: Any, scores: Any, predicate: Callable[[Any], bool], k: int
+) -> list[tuple[str, float]]:
+    """The first ``k`` of ``rows`` the predicate passes: score down, then row (= id) up."""
+    order = rows[np.lexsort((rows, -scores[rows]))]
+    found: list[tuple[str, float]] = []
+    for row in order.tolist():
+        if predicate is _always or predicate(snapshot.metadatas[row]):
+            found.append((snapshot.ids[row], float(scores[row])))
+            if len(found) == k:
+                break
+    return found
 
 
 def _bm25s() -> Any:

@@ -358,3 +358,25 @@ def test_a_damaged_saved_index_is_rebuilt(tmp_path: Path) -> None:
 
     assert [i for i, _ in index.search("max_retries", k=3)] == ["doc:8"]
     assert (index.builds, index.loads) == (1, 0)
+
+
+def test_the_top_k_are_the_head_of_the_whole_ranking_ties_by_id(
+    make_store: Callable[..., Chroma],
+) -> None:
+    # 60 chunks hold the word, many with equal scores: the partial sort that serves a small
+    # k must give exactly the head of the full ranking, with and without a filter
+    texts = [" ".join(["apple"] * (1 + i % 4) + ["pear"] * (i % 7)) for i in range(60)]
+    documents = [
+        Document(text, metadata={"tenant": "ab"[i // 30]}, id=f"doc:{i:02d}")
+        for i, text in enumerate(texts)
+    ]
+    store = store_with(make_store, documents)
+    index = KeywordIndex.for_store(store)
+    whole = index.search("apple", k=60)
+    assert len(whole) == 60
+    for k in (1, 3, 7, 20):
+        assert index.search("apple", k=k) == whole[:k]
+    where = {"tenant": "b"}
+    allowed = [hit for hit in whole if hit[0] in set(store.get(where=where)["ids"])]
+    for k in (1, 3, 7):
+        assert index.search("apple", k=k, where=where) == allowed[:k]
