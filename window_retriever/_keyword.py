@@ -72,6 +72,7 @@ Memory: about 140-320 MB at 100k (ids, metadata, the sparse matrix); saved: 51 M
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import math
 import os
@@ -504,6 +505,7 @@ def _walk(
     return found
 
 
+@functools.cache
 def _bm25s() -> Any:
     """``bm25s``, imported on first use, its logger kept quiet.
 
