@@ -245,10 +245,10 @@ class RetrieverHits(CandidateSource):
     """Any LangChain retriever's documents as hits: an ensemble, a reranker, MMR, multi-query.
 
     The documents must carry ``WindowSplitter``'s metadata (they come from the same store).
-    They are read again from the store by id, in one fetch under the caller's filters (another
-    retriever may not apply them: a chunk they hide never comes back), with their stored
-    vectors, so each hit gets its true distance to the query; the hits keep the retriever's
-    order, and its first ``k`` are used.
+    They are read again from the store by id under the caller's filters (another retriever
+    may not apply them: a chunk they hide never comes back), with their stored vectors, so
+    each hit gets its true distance to the query; with a total budget, in the neighbour fetch
+    itself (``defer``). The hits keep the retriever's order, and its first ``k`` are used.
     """
 
     def __init__(self, retriever: Any, embed_query: Callable[[str], Call]) -> None:
@@ -263,6 +263,20 @@ class RetrieverHits(CandidateSource):
         ids = list(dict.fromkeys(_hit_id(document) for document in given))
         ids = [chunk_id for chunk_id in ids if chunk_id][:k]
         query_vector = yield self.embed_query(query)
+        positions = _positions(ids) if defer else None
+        if positions is not None:  # read with the caller's neighbour fetch: one call less
+            placeholders = [
+                Hit(Chunk(id=chunk_id, text="", file_id=file_id, index=index), math.inf)
+                for chunk_id, (file_id, index) in positions.items()
+            ]
+            return Pool(
+                placeholders,
+                {},
+                query_embedding=query_vector,
+                returned=len(given),
+                fused=True,
+                unread=positions,
+            )
         neighbours = Neighbours(params, embeddings=True)
         found = yield Fetch(ids, neighbours.where, params.where_document, embeddings=True)
         documents = {document.id or "": document for document in found.documents}
@@ -321,6 +335,8 @@ class Neighbours:
         ids = {make_chunk_id(*position): position for position in missing}
         found = yield Fetch(list(ids), self.where, self.where_document, embeddings=self.embeddings)
         pool.fetched.update(missing)
+        if pool.unread:
+            pool.space = found.space  # the hits' distances are measured in it (settle)
         documents = list(found.documents)
         if self.embeddings:
             for document, vector in zip(documents, found.embeddings, strict=True):

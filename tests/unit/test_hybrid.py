@@ -269,3 +269,24 @@ def test_windows_of_the_same_text_come_back_once_with_every_copy_listed(
         listed = {place["source"] for d in copies for place in d.metadata["also_in"]}
         assert listed <= {"tenant-a/copy-1", "tenant-a/copy-2"}
         assert any("30 requests" in d.page_content for d in docs)
+
+
+def test_another_retrievers_hits_come_with_the_neighbours_in_one_fetch(
+    make_store: Callable[..., Chroma], spy_on: Callable[[Chroma], Any]
+) -> None:
+    store = make_store()
+    chunks = pages(
+        store,
+        {
+            "tenant-a/guide": with_term(TOPICS["tenant-a"], "shared_term", 400),
+            "tenant-b/guide": with_term(TOPICS["tenant-b"], "shared_term", 400),
+        },
+    )
+    other = Everything(chunks=[Document(c.page_content, metadata=c.metadata) for c in chunks])
+    retriever = ContextWindowRetriever(vectorstore=store, candidates=other, total_budget=1000)
+    spy = spy_on(store)
+    docs = retriever.invoke("shared_term", filter={"tenant": "tenant-a"})
+    assert spy.calls == {"get": 1}  # the other retriever's hits, read with their neighbours
+    assert docs and {d.metadata["tenant"] for d in docs} == {"tenant-a"}
+    assert all(math.isfinite(score) for d in docs for score in d.metadata["hit_scores"])
+    assert any(len(d.metadata["chunk_ids"]) > 1 for d in docs)
