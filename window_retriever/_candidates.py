@@ -19,6 +19,8 @@ from collections.abc import Awaitable, Callable, Generator, Iterable, Mapping, S
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from langchain_core.documents import Document
+
 from window_retriever._filters import Predicate, compile_where
 from window_retriever._fusion import DEFAULT_WEIGHTS, fuse
 from window_retriever._ids import CHUNK_ID, make_chunk_id
@@ -179,58 +181,23 @@ class HybridSearch(CandidateSource):
         }
         distances = dict(zip(vector, found.distances, strict=True))
         unread = [item.id for item in fused if item.id not in documents]
-        positions = _positions(unread) if defer else None
-        if positions is not None:  # read with the caller's neighbour fetch: one call less
-            hits = [
-                replace(
-                    read_hit(documents[item.id], distances[item.id], strict=params.strict),
-                    ranks=item.ranks,
-                )
-                if item.id in documents
-                else Hit(
-                    Chunk(
-                        id=item.id,
-                        text="",
-                        file_id=positions[item.id][0],
-                        index=positions[item.id][1],
-                    ),
-                    math.inf,
-                    item.ranks,
-                )
-                for item in fused
-            ]
-            hits = unique(hits)
-            _, chunks = placed([hit for hit in hits if hit.chunk.id not in positions])
-            return Pool(
-                hits,
-                chunks,
-                fetched=set(chunks),
-                vectors=vectors,
-                query_embedding=found.query_embedding,
-                space=found.space,
-                returned=max(len(found.documents), len(keyword)),
-                fused=True,
-                unread=positions,
-            )
-        if unread:
-            neighbours = Neighbours(params, embeddings=True)
-            extra = yield Fetch(unread, neighbours.where, params.where_document, embeddings=True)
-            for document, stored in zip(extra.documents, extra.embeddings, strict=True):
-                if neighbours.predicate is None or neighbours.predicate(document.metadata):
-                    documents[document.id or ""] = document
-                    vectors[document.id or ""] = stored
-            distances |= to_query(found.query_embedding, found.space, vectors, unread)
-        hits = [
-            replace(
-                read_hit(documents[item.id], distances[item.id], strict=params.strict),
-                ranks=item.ranks,
-            )
-            for item in fused
-            if item.id in documents and item.id in distances
-        ]
-        kept, chunks = placed(unique(hits))
+        positions = (_positions(unread) if defer else None) or {}
+        if unread and not positions:  # read here: the caller's fetch cannot (or may not)
+            read = yield from _read(unread, found.query_embedding, params)
+            documents |= read.documents
+            vectors |= read.vectors
+            distances |= read.distances
+        hits: list[Hit] = []
+        for item in fused:
+            if item.id in documents and item.id in distances:
+                hit = read_hit(documents[item.id], distances[item.id], strict=params.strict)
+                hits.append(replace(hit, ranks=item.ranks))
+            elif item.id in positions:  # read with the caller's neighbour fetch: one call less
+                hits.append(_unread(item.id, positions[item.id], item.ranks))
+        hits = unique(hits)
+        _, chunks = placed([hit for hit in hits if hit.chunk.id not in positions])
         return Pool(
-            kept,
+            hits,
             chunks,
             fetched=set(chunks),
             vectors=vectors,
@@ -238,6 +205,7 @@ class HybridSearch(CandidateSource):
             space=found.space,
             returned=max(len(found.documents), len(keyword)),
             fused=True,
+            unread=positions,
         )
 
 
@@ -265,10 +233,7 @@ class RetrieverHits(CandidateSource):
         query_vector = yield self.embed_query(query)
         positions = _positions(ids) if defer else None
         if positions is not None:  # read with the caller's neighbour fetch: one call less
-            placeholders = [
-                Hit(Chunk(id=chunk_id, text="", file_id=file_id, index=index), math.inf)
-                for chunk_id, (file_id, index) in positions.items()
-            ]
+            placeholders = [_unread(chunk_id, position) for chunk_id, position in positions.items()]
             return Pool(
                 placeholders,
                 {},
@@ -277,32 +242,51 @@ class RetrieverHits(CandidateSource):
                 fused=True,
                 unread=positions,
             )
-        neighbours = Neighbours(params, embeddings=True)
-        found = yield Fetch(ids, neighbours.where, params.where_document, embeddings=True)
-        documents = {document.id or "": document for document in found.documents}
-        vectors = {
-            document.id or "": vector
-            for document, vector in zip(found.documents, found.embeddings, strict=True)
-        }
-        distances = to_query(query_vector, found.space, vectors, ids)
+        read = yield from _read(ids, query_vector, params)
         hits = [
-            read_hit(documents[chunk_id], distances[chunk_id], strict=params.strict)
+            read_hit(read.documents[chunk_id], read.distances[chunk_id], strict=params.strict)
             for chunk_id in ids
-            if chunk_id in documents
-            and chunk_id in distances
-            and (neighbours.predicate is None or neighbours.predicate(documents[chunk_id].metadata))
+            if chunk_id in read.documents and chunk_id in read.distances
         ]
         kept, chunks = placed(unique(hits))
         return Pool(
             kept,
             chunks,
             fetched=set(chunks),
-            vectors=vectors,
+            vectors=read.vectors,
             query_embedding=query_vector,
-            space=found.space,
+            space=read.space,
             returned=len(given),
             fused=True,
         )
+
+
+@dataclass
+class _Read:
+    """Chunks read by id, with their stored vectors and their distances to the query."""
+
+    documents: dict[str, Document]
+    vectors: dict[str, Sequence[float]]
+    distances: dict[str, float]
+    space: Space
+
+
+def _read(ids: Sequence[str], query: Sequence[float] | None, params: Params) -> Flow:
+    """Read hits known by id, under the caller's filters, in one fetch (a :class:`_Read`)."""
+    neighbours = Neighbours(params, embeddings=True)
+    found = yield Fetch(list(ids), neighbours.where, params.where_document, embeddings=True)
+    documents: dict[str, Document] = {}
+    vectors: dict[str, Sequence[float]] = {}
+    for document, vector in zip(found.documents, found.embeddings, strict=True):
+        if neighbours.predicate is None or neighbours.predicate(document.metadata):
+            documents[document.id or ""] = document
+            vectors[document.id or ""] = vector
+    return _Read(documents, vectors, to_query(query, found.space, vectors, ids), found.space)
+
+
+def _unread(chunk_id: str, position: Position, ranks: tuple[tuple[str, int], ...] = ()) -> Hit:
+    """A hit known by id only: text empty, distance unknown until :meth:`Pool.settle`."""
+    return Hit(Chunk(id=chunk_id, text="", file_id=position[0], index=position[1]), math.inf, ranks)
 
 
 def _hit_id(document: Any) -> str:
