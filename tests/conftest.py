@@ -111,3 +111,24 @@ async def longest_pause(*calls: Awaitable[Any]) -> tuple[float, list[Any]]:
     await asyncio.sleep(0.02)
     ticker.cancel()
     return max(b - a for a, b in itertools.pairwise(beats)), results
+
+
+class FakeClock:
+    """A clock that moves only when a test says (``clock.now += 2``): the keyword index's
+    check interval without sleeps."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def fresh_keyword_indexes() -> Iterator[None]:
+    """No keyword index shared with another test (they are kept per collection per process)."""
+    from window_retriever._keyword import KeywordIndex
+
+    KeywordIndex._shared.clear()
+    yield
+    KeywordIndex._shared.clear()

@@ -197,9 +197,9 @@ class Everything(BaseRetriever):
         return [c for c in self.chunks if query in c.page_content]
 
 
-def test_windows_grow_from_another_retrievers_hits_under_the_callers_filter(
-    make_store: Callable[..., Chroma],
-) -> None:
+@pytest.fixture
+def two_tenants(make_store: Callable[..., Chroma]) -> tuple[Chroma, Everything]:
+    """Two tenants' guides holding one term, and a retriever that ignores filters over them."""
     store = make_store()
     chunks = pages(
         store,
@@ -208,7 +208,13 @@ def test_windows_grow_from_another_retrievers_hits_under_the_callers_filter(
             "tenant-b/guide": with_term(TOPICS["tenant-b"], "shared_term", 400),
         },
     )
-    other = Everything(chunks=[Document(c.page_content, metadata=c.metadata) for c in chunks])
+    return store, Everything(chunks=[Document(c.page_content, metadata=c.metadata) for c in chunks])
+
+
+def test_windows_grow_from_another_retrievers_hits_under_the_callers_filter(
+    two_tenants: tuple[Chroma, Everything],
+) -> None:
+    store, other = two_tenants
     retriever = ContextWindowRetriever(vectorstore=store, candidates=other, total_budget=1000)
     docs = retriever.invoke("shared_term")
     assert {d.metadata["tenant"] for d in docs} == {"tenant-a", "tenant-b"}
@@ -272,17 +278,9 @@ def test_windows_of_the_same_text_come_back_once_with_every_copy_listed(
 
 
 def test_another_retrievers_hits_come_with_the_neighbours_in_one_fetch(
-    make_store: Callable[..., Chroma], spy_on: Callable[[Chroma], Any]
+    two_tenants: tuple[Chroma, Everything], spy_on: Callable[[Chroma], Any]
 ) -> None:
-    store = make_store()
-    chunks = pages(
-        store,
-        {
-            "tenant-a/guide": with_term(TOPICS["tenant-a"], "shared_term", 400),
-            "tenant-b/guide": with_term(TOPICS["tenant-b"], "shared_term", 400),
-        },
-    )
-    other = Everything(chunks=[Document(c.page_content, metadata=c.metadata) for c in chunks])
+    store, other = two_tenants
     retriever = ContextWindowRetriever(vectorstore=store, candidates=other, total_budget=1000)
     spy = spy_on(store)
     docs = retriever.invoke("shared_term", filter={"tenant": "tenant-a"})

@@ -7,7 +7,7 @@ the index is a test's own, so the staleness bound is tested without sleeping.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +18,7 @@ from langchain_chroma import Chroma
 from langchain_core.documents import Document
 from langchain_core.embeddings import DeterministicFakeEmbedding
 
+from tests.conftest import FakeClock
 from window_retriever import ConfigurationError
 from window_retriever._keyword import FOLDER, GENERATION_KEY, KeywordIndex
 
@@ -34,19 +35,7 @@ FILLER = [
 OPTION = "Set max_retries on the adapter to retry failed connections a few times."
 
 
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-@pytest.fixture(autouse=True)
-def _fresh_registry() -> Iterator[None]:
-    KeywordIndex._shared.clear()
-    yield
-    KeywordIndex._shared.clear()
+pytestmark = pytest.mark.usefixtures("fresh_keyword_indexes")
 
 
 class Reads:

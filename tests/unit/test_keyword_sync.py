@@ -7,7 +7,7 @@ the index) can make it see a write. Each test here turns red when its path stops
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +16,7 @@ from langchain_chroma import Chroma
 from langchain_core.documents import Document
 from langchain_core.embeddings import DeterministicFakeEmbedding, Embeddings
 
+from tests.conftest import FakeClock
 from window_retriever import MemoryWindowStore, WindowSplitter, add_chunks, ingest, sync_file
 from window_retriever._ingest import prune_missing, remove_file
 from window_retriever._keyword import KeywordIndex
@@ -24,19 +25,7 @@ COMMON = "manual"
 """A word every page holds: a search for it lists every chunk the index has."""
 
 
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-@pytest.fixture(autouse=True)
-def _fresh_registry() -> Iterator[None]:
-    KeywordIndex._shared.clear()
-    yield
-    KeywordIndex._shared.clear()
+pytestmark = pytest.mark.usefixtures("fresh_keyword_indexes")
 
 
 def frozen_index(store: Chroma) -> KeywordIndex:
