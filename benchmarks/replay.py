@@ -26,6 +26,7 @@ import asyncio
 import json
 import sys
 import tempfile
+from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -71,7 +72,11 @@ def configurations(sources: Sequence[str]) -> dict[str, dict[str, Any]]:
             "length_function": tokens,
             **VECTOR,
         },
+        "default-1000": {"total_budget": 1000},
         "default-2000": {"total_budget": 2000},
+        "default-4000": {"total_budget": 4000},
+        "filtered-default-2000": {"filter": {"source": {"$in": half}}, "total_budget": 2000},
+        "next-default-2000": {"total_budget": 2000, "mode": "next"},
     }
 
 
@@ -153,6 +158,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     real = [line for line in differences if _question(line) not in unstable]
     for line in real[:40]:
         print(line)
+    by_configuration = Counter(".".join(line.split(".", 3)[1:3]).split("[")[0] for line in real)
+    for label, count in sorted(by_configuration.items()):
+        print(f"{label}: {count} difference(s)")
     print(f"{len(real)} difference(s); {len(differences) - len(real)} in unstable questions")
     return 1 if real else 0
 

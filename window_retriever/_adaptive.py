@@ -77,6 +77,7 @@ def plan_adaptive_fetch(
     total_budget: int,
     mode: Mode,
     length_function: LengthFunction,
+    window_budget: int | None = None,
     measure: Measure | None = None,
 ) -> list[Position]:
     """Return the neighbour positions that adaptive selection may take, in one batch.
@@ -84,6 +85,11 @@ def plan_adaptive_fetch(
     The budget holds about ``n = total_budget / typical chunk length`` chunks. Only the first
     ``n + 2`` hits can be chosen (hits are taken in order of relevance, and each costs at
     least one chunk), and no window grows more than ``min(n - 1, 4)`` chunks on one side.
+    Nor does a window grow past ``window_budget`` (only a merge may): a hit of length ``L``
+    reaches ``(window_budget - L) / s`` chunks on one side, ``s`` three quarters of the
+    shortest hit (neighbours are chunks like the hits; the quarter allows for shorter ones and
+    for the overlap a join trims), and a chunk between two such reaches, which would join two
+    windows into one, is planned too.
     """
     measure = measure or Measure(length_function)
     windowable = [hit for hit in hits if hit.chunk.position is not None]
@@ -96,18 +102,34 @@ def plan_adaptive_fetch(
     reach = min(_MAX_REACH, fits - 1)
     if reach <= 0:
         return []
+    shortest = max(1, lengths[0] * 3 // 4)  # what a neighbour may add, at least (see above)
     known = {hit.chunk.position for hit in windowable}
     planned: dict[Position, None] = {}
+    edges: set[tuple[Position, int]] = set()  # one past each hit's reach, and its side
     for hit in windowable[: fits + 2]:
         file_id, index = hit.chunk.position  # type: ignore[misc]
+        own = reach
+        if window_budget is not None:
+            length = measure.text(hit.chunk) if hit.chunk.text else typical
+            room = window_budget - length  # any neighbour at all may fit while room is left
+            own = min(reach, max(int(room > 0), room // shortest))
         for direction in _DIRECTIONS[mode]:
             sign = 1 if direction == "next" else -1
             for step in range(1, reach + 1):
                 position = (file_id, index + sign * step)
-                if position[1] >= 0 and position not in known:
+                if position[1] < 0:
+                    break
+                if step <= own and position not in known:
                     planned[position] = None
+                elif step == own + 1:
+                    edges.add((position, sign))
                 if len(planned) >= MAX_PLANNED:
                     return list(planned)
+    # a chunk one past a reach joins two windows when the chunk after it is reachable too
+    for (file_id, index), sign in sorted(edges):
+        beyond = (file_id, index + sign)
+        if (file_id, index) not in known and (beyond in planned or beyond in known):
+            planned[(file_id, index)] = None
     return list(planned)
 
 

@@ -137,6 +137,7 @@ class Adaptive(_Budgeted):
             total_budget=params.total_budget or 0,
             mode=params.mode,
             length_function=params.length_function,
+            window_budget=params.window_budget,
             measure=measure,
         )
 

@@ -290,3 +290,57 @@ def test_selection_is_unchanged_by_rescaling_similarities(coherence: float) -> N
     assert extents(select(chunks, scaled, hit_ids, total=6 * SIZE, coherence=coherence)) == (
         extents(base)
     )
+
+
+@st.composite
+def even_scenes(draw: st.DrawFn) -> tuple[dict[Position, Chunk], dict[str, float], list[str]]:
+    """Files of chunks of one length (what the plan assumes), hits anywhere, any relevance."""
+    files = draw(st.dictionaries(st.sampled_from("ab"), st.integers(1, 30), min_size=1))
+    chunks = corpus(files)
+    relevance = {chunk.id: draw(st.floats(-1, 1, allow_nan=False)) for chunk in chunks.values()}
+    hit_ids = draw(
+        st.lists(st.sampled_from(sorted(relevance)), min_size=1, max_size=10, unique=True)
+    )
+    hit_ids.sort(key=lambda i: -relevance[i])
+    return chunks, relevance, hit_ids
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    even_scenes(),
+    st.integers(1, 12),
+    st.integers(1, 4),  # windows of up to 4 chunks: growth stays within the plan's cap of 4
+    st.integers(1, 8),
+    st.sampled_from([0.0, 0.3, 0.6, 1.0]),
+    st.sampled_from(["both", "next", "prev"]),
+)
+def test_the_plan_fetches_every_chunk_the_selection_could_take(
+    scene: tuple[dict[Position, Chunk], dict[str, float], list[str]],
+    total_chunks: int,
+    window_chunks: int,
+    k: int,
+    coherence: float,
+    mode: str,
+) -> None:
+    """Selecting from the hits and the planned neighbours alone gives the windows that
+    selecting from every chunk gives: the plan leaves out only chunks that cannot be taken
+    (the budget's reach, the window budget's, and the chunk that bridges two windows)."""
+    chunks, relevance, hit_ids = scene
+    hits = hits_of(chunks, relevance, hit_ids)
+    total, window_budget = total_chunks * SIZE, window_chunks * SIZE
+    planned = plan_adaptive_fetch(
+        hits, total_budget=total, mode=mode, length_function=len, window_budget=window_budget
+    )
+    known = {hit.chunk.position for hit in hits} | set(planned)
+    fetched = {position: chunk for position, chunk in chunks.items() if position in known}
+    arguments: dict[str, Any] = {
+        "k": k,
+        "total_budget": total,
+        "window_budget": window_budget,
+        "mode": mode,
+        "length_function": len,
+        "coherence": coherence,
+    }
+    assert select_adaptive(hits, fetched, relevance, **arguments) == (
+        select_adaptive(hits, chunks, relevance, **arguments)
+    )
