@@ -25,7 +25,7 @@ from window_retriever._filters import Predicate, compile_where
 from window_retriever._fusion import DEFAULT_WEIGHTS, fuse
 from window_retriever._ids import CHUNK_ID, make_chunk_id
 from window_retriever._params import Params
-from window_retriever._protocol import Fetch, Request, Search, SearchIds, Space
+from window_retriever._protocol import Fetch, Found, Request, Search, SearchIds, Space
 from window_retriever._records import admit, placed, read_hit, read_hits, unique
 from window_retriever._windows import Chunk, Hit, Measure, Position
 
@@ -87,10 +87,12 @@ class CandidateSource(ABC):
         """Yield store requests; return a :class:`Pool` of at most ``k`` hits, best first.
 
         Hits honour ``params.filter`` and ``params.where_document`` (a chunk they hide never
-        comes back). With ``embeddings`` the pool carries every hit's stored vector, the
-        query's vector and the store's distance space. With ``defer`` a source may leave hits
-        it knows only by id unread (``Pool.unread``): the caller reads them with its neighbour
-        fetch, with their vectors, and then calls :meth:`Pool.settle`.
+        comes back). With ``embeddings`` the pool carries the query's vector and the store's
+        distance space (to measure neighbours by), and every hit's stored vector where
+        ``params.diversity`` needs them; a hit without its vector is measured by its distance.
+        With ``defer`` a source may leave hits it knows only by id unread (``Pool.unread``):
+        the caller reads them with its neighbour fetch, with their vectors, and then calls
+        :meth:`Pool.settle`.
         """
 
 
@@ -106,15 +108,12 @@ class VectorSearch(CandidateSource):
     def find(
         self, query: str, k: int, params: Params, *, embeddings: bool, defer: bool = False
     ) -> Flow:
-        found = yield Search(query, k, params.filter, params.where_document, embeddings=embeddings)
+        found = yield _search(query, k, params, measured=embeddings)
         pairs = found.pairs()
         hits, chunks = read_hits(pairs, strict=params.strict)
         if not embeddings:
             return Pool(hits, chunks, fetched=set(chunks), returned=len(pairs))
-        vectors = {
-            document.id or "": vector
-            for document, vector in zip(found.documents, found.embeddings, strict=True)
-        }
+        vectors = _vectors(found)
         return Pool(
             hits,
             chunks,
@@ -133,6 +132,33 @@ class VectorSearch(CandidateSource):
         """
         found = yield SearchIds(query, k, params.filter, params.where_document)
         return located(found), len(found)
+
+
+def _vectors(found: Found) -> dict[str, Sequence[float]]:
+    """The stored vectors that came back, by chunk id (none unless asked)."""
+    if not found.embeddings:
+        return {}
+    return {
+        document.id or "": vector
+        for document, vector in zip(found.documents, found.embeddings, strict=True)
+    }
+
+
+def _search(query: str, k: int, params: Params, *, measured: bool) -> Search:
+    """The search of the vector leg.
+
+    ``measured``: with the query's vector, and the hits' vectors only where diversity compares
+    chunks (each costs 384 floats on a server's wire; a hit's distance already says how near
+    it is).
+    """
+    return Search(
+        query,
+        k,
+        params.filter,
+        params.where_document,
+        embeddings=measured and params.diversity > 0,
+        query_embedding=measured,
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,7 +193,7 @@ class HybridSearch(CandidateSource):
     def find(
         self, query: str, k: int, params: Params, *, embeddings: bool, defer: bool = False
     ) -> Flow:
-        found = yield Search(query, k, params.filter, params.where_document, embeddings=True)
+        found = yield _search(query, k, params, measured=True)
         keyword: list[tuple[str, float]] = yield self.keyword(query, k, params)
         vector = {document.id or "": n for n, document in enumerate(found.documents)}
         fused = fuse(
@@ -175,10 +201,7 @@ class HybridSearch(CandidateSource):
             self.weights,
         )[:k]
         documents = {document.id or "": document for document in found.documents}
-        vectors = {
-            document.id or "": vector
-            for document, vector in zip(found.documents, found.embeddings, strict=True)
-        }
+        vectors = _vectors(found)
         distances = dict(zip(vector, found.distances, strict=True))
         unread = [item.id for item in fused if item.id not in documents]
         positions = (_positions(unread) if defer else None) or {}

@@ -63,7 +63,7 @@ class ChromaWindowStore(WindowStore, AsyncWindowStore):
         vector = self._query_vector(request.query)
         with store_errors(self.vectorstore):
             result = self.vectorstore._collection.query(**_query_arguments(request, vector))
-        return _hits(result, vector, self.space(), request.embeddings)
+        return _hits(result, vector, self.space(), request)
 
     def fetch(self, request: Fetch) -> Found:
         """Get chunks by id in one call, filtered by Chroma (``where``, ``where_document``)."""
@@ -111,7 +111,7 @@ class ChromaWindowStore(WindowStore, AsyncWindowStore):
             return await in_thread(self.search, request)
         vector = list(await self._embedder().aembed_query(request.query))
         result = await server.call("query", _query_arguments(request, vector))
-        return _hits(result, vector, self.space(), request.embeddings)
+        return _hits(result, vector, self.space(), request)
 
     async def afetch(self, request: Fetch) -> Found:
         """``fetch`` over async HTTP on a server; in a thread otherwise."""
@@ -403,8 +403,9 @@ def _get_arguments(request: Fetch) -> dict[str, Any]:
     }
 
 
-def _hits(result: Any, vector: Sequence[float], space: Space, embeddings: bool) -> Found:
+def _hits(result: Any, vector: Sequence[float], space: Space, request: Search) -> Found:
     """Chroma's answer to one query as hits, best first (chunks without text left out)."""
+    embeddings = request.embeddings
     count = len(result["ids"][0])
     vectors = result["embeddings"][0] if embeddings else [()] * count
     rows = [
@@ -423,7 +424,7 @@ def _hits(result: Any, vector: Sequence[float], space: Space, embeddings: bool) 
         documents=[row[0] for row in rows],
         distances=[float(row[1]) for row in rows],
         embeddings=[row[2] for row in rows] if embeddings else (),
-        query_embedding=list(vector) if embeddings else None,
+        query_embedding=list(vector) if embeddings or request.query_embedding else None,
         space=space,
     )
 

@@ -94,7 +94,9 @@ class MemoryWindowStore(WindowStore):
             documents=[_document(i, record) for i, record, _ in ranked],
             distances=[distance for _, _, distance in ranked],
             embeddings=[list(r.embedding) for _, r, _ in ranked] if request.embeddings else (),
-            query_embedding=list(vector) if request.embeddings else None,
+            query_embedding=(
+                list(vector) if request.embeddings or request.query_embedding else None
+            ),
             space=self.space,
         )
 

@@ -26,7 +26,8 @@ The rules every store keeps (the retriever and ingestion rely on them):
 4. **Missing ids are simply absent** from a fetch or a read by ids: no error, no placeholder.
 5. **Embeddings come back when asked, and only then**: a request with ``embeddings=True`` gets
    one stored vector per document (and a search the query's vector); otherwise
-   :attr:`Found.embeddings` is empty. A store that holds no vectors says so with
+   :attr:`Found.embeddings` is empty. A search with ``query_embedding=True`` gets the query's
+   vector alone. A store that holds no vectors says so with
    ``supports_embeddings = False`` and is never asked.
 6. **An upsert replaces a record whole**: its text, its embedding and *exactly* its metadata
    (a key the stored record has and the new one lacks is gone afterwards; Chroma's own
@@ -67,6 +68,9 @@ class Search:
     where_document: Where | None = None
     embeddings: bool = False
     """Also return the query's and every hit's embedding (rule 5)."""
+    query_embedding: bool = False
+    """Also return the query's embedding, without the hits' (rule 5): what measuring other
+    chunks against the query needs, at no cost on the wire."""
 
 
 @dataclass(frozen=True, slots=True)

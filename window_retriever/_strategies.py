@@ -13,6 +13,7 @@ windows as documents. The pure work (plans, growth, merging, selection) is in ``
 
 from __future__ import annotations
 
+import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 
@@ -299,6 +300,9 @@ class StaticWindows(Strategy):
 def relevance(pool: Pool) -> dict[str, float]:
     """Minus each chunk's distance to the query (higher is better), for adaptive selection.
 
+    A hit searched without its stored vector is measured by the distance the search gave
+    (the same measure); every other chunk from its stored vector.
+
     Fused hits come in fused order, not by distance; each then takes at least the relevance
     of the hit at its rank in the vector order, so the fused ranking decides which hits are
     best while neighbours are still measured against hits on the vector scale.
@@ -310,6 +314,9 @@ def relevance(pool: Pool) -> dict[str, float]:
             pool.query_embedding, pool.space, pool.vectors, ids
         ).items()
     }
+    for hit in pool.hits:
+        if hit.chunk.id not in values and math.isfinite(hit.distance):
+            values[hit.chunk.id] = -hit.distance
     if pool.fused:
         ranked = sorted(
             (values[h.chunk.id] for h in pool.hits if h.chunk.id in values), reverse=True

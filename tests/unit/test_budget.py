@@ -123,6 +123,30 @@ def test_one_search_one_fetch_and_never_over_budget_where_hits_merge(
     assert merged > 0  # the data made hits merge, so the one-fetch rule was really tested
 
 
+@pytest.mark.parametrize("candidates", ["vector", "hybrid"])
+def test_adaptive_reads_vectors_only_of_chunks_it_must_measure(
+    conversations: tuple[Chroma, list[Document]],
+    spy_on: Callable[[Chroma], StoreSpy],
+    candidates: str,
+) -> None:
+    """The search brings no hit's vector (its distance measures it), the one fetch brings the
+    neighbours' vectors, and only diversity (which compares chunks) asks for the hits'."""
+    store, _ = conversations
+    spy = spy_on(store)
+    for diversity in (0.0, 0.5):
+        retriever = ContextWindowRetriever(
+            vectorstore=store, total_budget=800, candidates=candidates, diversity=diversity
+        )
+        retriever.invoke("warm the keyword index")
+        spy.reset()
+        docs = retriever.invoke(f"what about {TOPICS[2]}?")
+        assert docs
+        (search,) = [kwargs for name, kwargs, _ in spy.log if name == "query"]
+        assert ("embeddings" in search["include"]) == (diversity > 0), diversity
+        (fetch,) = [kwargs for name, kwargs, _ in spy.log if name == "get"]
+        assert "embeddings" in fetch["include"]
+
+
 def test_adaptive_grows_toward_relevant_neighbours_and_static_grows_blindly(
     make_store: Callable[..., Chroma],
 ) -> None:

@@ -177,6 +177,9 @@ def test_embeddings_come_back_when_asked_and_only_then(store: WindowStore) -> No
     plain = execute(store, Search("owl", k=2))
     assert plain.embeddings == () and plain.query_embedding is None
     assert execute(store, Fetch(["a", "b"])).embeddings == ()
+    measured = execute(store, Search("owl", k=2, query_embedding=True))
+    assert measured.embeddings == () and measured.query_embedding is not None
+    assert len(measured.query_embedding) == 16
     asked = execute(store, Search("owl", k=2, embeddings=True))
     assert len(asked.embeddings) == 2 and all(len(v) == 16 for v in asked.embeddings)
     assert asked.query_embedding is not None and len(asked.query_embedding) == 16
