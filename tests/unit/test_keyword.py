@@ -369,3 +369,34 @@ def test_the_top_k_are_the_head_of_the_whole_ranking_ties_by_id(
     allowed = [hit for hit in whole if hit[0] in set(store.get(where=where)["ids"])]
     for k in (1, 3, 7):
         assert index.search("apple", k=k, where=where) == allowed[:k]
+
+
+def test_dense_columns_score_exactly_as_bm25s_does() -> None:
+    """Common terms are added as dense columns: the same scores to the last bit, any query."""
+    import random
+
+    import numpy as np
+
+    from window_retriever._keyword import _BM25, _bm25s, _scores, _Snapshot, _tokenize
+
+    rng = random.Random(5)
+    common = ["window", "chunk", "budget", "merge", "store"]
+    rare = [f"term{i}" for i in range(200)]
+    texts = [
+        " ".join(rng.choice(common) for _ in range(rng.randint(1, 12)))
+        + " "
+        + " ".join(rng.choice(rare) for _ in range(rng.randint(0, 3)))
+        for _ in range(3000)
+    ]
+    model = _bm25s().BM25(**_BM25)
+    model.index(_tokenize(texts), show_progress=False)
+    snapshot = _Snapshot(None, [], [], model, np.arange(len(texts)))  # type: ignore[arg-type]
+    dense = snapshot.dense_columns()
+    held = np.diff(model.scores["indptr"])
+    assert dense and all(2 * held[term] >= len(texts) for term in dense)
+    assert any(2 * count < len(texts) for count in held)  # sparse terms are in the queries too
+    for _ in range(50):
+        words = rng.sample(common, 2) + rng.sample(rare, 2) + [rng.choice(common)]  # a repeat
+        terms = model.get_tokens_ids(_tokenize([" ".join(rng.sample(words, len(words)))])[0])
+        expected = model.get_scores_from_ids(terms)
+        assert np.array_equal(_scores(snapshot, terms), expected)
