@@ -4,7 +4,8 @@ Plain data in, plain data out, no I/O and no LangChain, like ``_windows``.
 
 Every chunk that could be returned (the search hits and the fetched neighbours that passed the
 caller's filter) carries a *relevance* (higher is better): minus its distance to the query in
-the store's own space, computed from the embeddings the store already holds. Selection is
+the store's own space: a hit's as the search measured it, a neighbour's computed from the
+embedding the store already holds. Selection is
 greedy over one shared budget. At each step the candidates are
 
 - an unused hit, which would open a new window (or join the window it touches), worth its own
@@ -110,7 +111,7 @@ def plan_adaptive_fetch(
         file_id, index = hit.chunk.position  # type: ignore[misc]
         own = reach
         if window_budget is not None:
-            length = measure.text(hit.chunk) if hit.chunk.text else typical
+            length = measure.text(hit.chunk) if hit.chunk.text else lengths[0]  # not read yet
             room = window_budget - length  # any neighbour at all may fit while room is left
             own = min(reach, max(int(room > 0), room // shortest))
         for direction in _DIRECTIONS[mode]:
@@ -297,7 +298,7 @@ class _Redundancy:
 
 
 def _relevance(hit: Hit, relevance: Mapping[str, float]) -> float:
-    # A hit without an embedding still has its distance: rank it by that, below all others.
+    # A hit without a relevance (no finite distance either): rank it below all others.
     value = relevance.get(hit.chunk.id)
     return value if value is not None else -1e9 - hit.distance
 

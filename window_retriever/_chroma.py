@@ -48,6 +48,7 @@ class ChromaWindowStore(WindowStore, AsyncWindowStore):
     supports_search_ids: ClassVar[bool] = True
     supports_embeddings: ClassVar[bool] = True
     supports_keyword_search: ClassVar[bool] = True
+    supports_query_embedding: ClassVar[bool] = True
 
     def __init__(self, vectorstore: Any) -> None:
         self.vectorstore = vectorstore

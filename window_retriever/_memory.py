@@ -69,6 +69,7 @@ class MemoryWindowStore(WindowStore):
 
     supports_search_ids: ClassVar[bool] = True
     supports_embeddings: ClassVar[bool] = True
+    supports_query_embedding: ClassVar[bool] = True
 
     def __init__(self, embeddings: Embeddings, *, space: Space = "l2") -> None:
         """Keep records embedded by ``embeddings``, ranked by distance in ``space``."""

@@ -27,7 +27,8 @@ The rules every store keeps (the retriever and ingestion rely on them):
 5. **Embeddings come back when asked, and only then**: a request with ``embeddings=True`` gets
    one stored vector per document (and a search the query's vector); otherwise
    :attr:`Found.embeddings` is empty. A search with ``query_embedding=True`` gets the query's
-   vector alone. A store that holds no vectors says so with
+   vector alone, from a store with ``supports_query_embedding = True`` (any other is sent
+   ``embeddings=True`` instead). A store that holds no vectors says so with
    ``supports_embeddings = False`` and is never asked.
 6. **An upsert replaces a record whole**: its text, its embedding and *exactly* its metadata
    (a key the stored record has and the new one lacks is gone afterwards; Chroma's own
@@ -42,7 +43,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, TypeVar, overload
 
 from langchain_core.documents import Document
@@ -119,7 +120,8 @@ class Found:
     embeddings: Sequence[Sequence[float]] = ()
     """One stored vector per document when the request asked; empty otherwise."""
     query_embedding: Sequence[float] | None = None
-    """The query's vector, for a search that asked for embeddings; otherwise ``None``."""
+    """The query's vector, for a search that asked for it (``embeddings`` or
+    ``query_embedding``); otherwise ``None``."""
     space: Space = "l2"
     """The distance the store ranks by: ``"l2"`` (squared), ``"cosine"`` or ``"ip"``."""
 
@@ -172,6 +174,10 @@ class WindowStore(ABC):
     retriever refuses ``expansion="adaptive"`` with a ``ConfigurationError``."""
     supports_keyword_search: ClassVar[bool] = False
     """True when :meth:`keyword_search` is implemented: ``candidates="hybrid"`` needs it."""
+    supports_query_embedding: ClassVar[bool] = False
+    """True when a search with ``query_embedding=True`` returns the query's vector (rule 5).
+    Without it such a search is sent with ``embeddings=True`` instead: the same answer, with
+    the hits' vectors too."""
 
     # ---- reads (the retriever) -------------------------------------------------------------
 
@@ -286,7 +292,7 @@ def execute(store: WindowStore, request: Search | Fetch) -> Found: ...
 def execute(store: WindowStore, request: Request) -> Response: ...
 def execute(store: WindowStore, request: Request) -> Response:
     """Run one request against ``store``."""
-    _check(store, request)
+    request = _check(store, request)
     if isinstance(request, SearchIds):
         return store.search_ids(request)
     if isinstance(request, Search):
@@ -308,7 +314,7 @@ async def aexecute(store: WindowStore, request: Request) -> Response:
     """
     if not isinstance(store, AsyncWindowStore):
         return await in_thread(execute, store, request)
-    _check(store, request)
+    request = _check(store, request)
     if isinstance(request, SearchIds):
         return await store.asearch_ids(request)
     if isinstance(request, Search):
@@ -321,16 +327,26 @@ async def in_thread(function: Callable[..., _T], *args: Any) -> _T:
     return await run_in_executor(None, function, *args)
 
 
-def _check(store: WindowStore, request: Request) -> None:
-    """Refuse a request the store declared it cannot answer, naming the fix."""
+def _check(store: WindowStore, request: Request) -> Request:
+    """The request as the store can answer it; refuse one it cannot, naming the fix."""
     if isinstance(request, SearchIds):
         if not store.supports_search_ids:
             msg = f"{type(store).__name__} has no search_ids; the retriever should not ask it"
             raise ConfigurationError(msg)
-    elif request.embeddings and not store.supports_embeddings:
+        return request
+    if (
+        isinstance(request, Search)
+        and request.query_embedding
+        and not request.embeddings
+        and not store.supports_query_embedding
+    ):
+        request = replace(request, embeddings=True)  # the query's vector comes with them
+    measures = request.embeddings or (isinstance(request, Search) and request.query_embedding)
+    if measures and not store.supports_embeddings:
         msg = (
             f"expansion='adaptive' needs a store that returns embeddings; "
             f"{type(store).__name__} does not (supports_embeddings is False): use "
             "langchain_chroma.Chroma, or expansion='static'"
         )
         raise ConfigurationError(msg)
+    return request

@@ -300,8 +300,9 @@ class StaticWindows(Strategy):
 def relevance(pool: Pool) -> dict[str, float]:
     """Minus each chunk's distance to the query (higher is better), for adaptive selection.
 
-    A hit searched without its stored vector is measured by the distance the search gave
-    (the same measure); every other chunk from its stored vector.
+    A hit is measured by the distance the search gave it (whether or not its stored vector
+    came too, so every store gives the same windows), every other chunk from its stored
+    vector, in the same measure.
 
     Fused hits come in fused order, not by distance; each then takes at least the relevance
     of the hit at its rank in the vector order, so the fused ranking decides which hits are
@@ -315,7 +316,7 @@ def relevance(pool: Pool) -> dict[str, float]:
         ).items()
     }
     for hit in pool.hits:
-        if hit.chunk.id not in values and math.isfinite(hit.distance):
+        if math.isfinite(hit.distance):
             values[hit.chunk.id] = -hit.distance
     if pool.fused:
         ranked = sorted(

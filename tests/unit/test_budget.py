@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any, ClassVar
 
 import pytest
@@ -24,6 +25,7 @@ from window_retriever import (
     WindowStore,
     add_chunks,
 )
+from window_retriever._stores import execute, store_adapter
 
 SPEAKERS = ("Caroline", "Melanie")
 TOPICS = ("pottery", "camping", "adoption", "painting", "running", "guitar", "library", "garden")
@@ -363,6 +365,39 @@ def test_a_store_without_embeddings_serves_static_and_names_the_fix_for_adaptive
         ConfigurationError, match=r"SearchAndFetchOnly does not \(supports_embeddings"
     ):
         adaptive.invoke("camping")
+
+
+class OlderStore(WindowStore):
+    """A custom store written before ``Search.query_embedding``: the query's vector comes only
+    with ``embeddings=True`` (with the hits' vectors), as rule 5 first said."""
+
+    supports_embeddings: ClassVar[bool] = True
+
+    def __init__(self, store: Chroma) -> None:
+        self.inner = store_adapter(store)
+        self.searches: list[Search] = []
+
+    def search(self, request: Search) -> Found:
+        self.searches.append(request)
+        return execute(self.inner, replace(request, query_embedding=False))
+
+    def fetch(self, request: Fetch) -> Found:
+        return execute(self.inner, request)
+
+
+def test_a_store_that_predates_query_embedding_is_asked_for_embeddings(
+    conversations: tuple[Chroma, list[Document]],
+) -> None:
+    store, _ = conversations
+    older = OlderStore(store)
+    question = f"what about {TOPICS[1]}?"
+    expected = ContextWindowRetriever(vectorstore=store, total_budget=800, candidates="vector")
+    retriever = ContextWindowRetriever(vectorstore=older, total_budget=800, candidates="vector")
+    docs = retriever.invoke(question)
+    assert all(request.embeddings for request in older.searches)  # the query's vector came too
+    assert [d.metadata["chunk_ids"] for d in docs] == [
+        d.metadata["chunk_ids"] for d in expected.invoke(question)
+    ]
 
 
 # ---- bad input, one clear error ------------------------------------------------------------------

@@ -34,6 +34,7 @@ class CountingStore(WindowStore):
         self.store = store_adapter(vectorstore)
         self.calls = 0
         self.supports_keyword_search = self.store.supports_keyword_search  # type: ignore[misc]
+        self.supports_query_embedding = self.store.supports_query_embedding  # type: ignore[misc]
 
     def keyword_search(
         self, query: str, k: int, where: Where | None, where_document: Where | None
