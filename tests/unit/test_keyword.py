@@ -371,6 +371,27 @@ def test_the_top_k_are_the_head_of_the_whole_ranking_ties_by_id(
         assert index.search("apple", k=k, where=where) == allowed[:k]
 
 
+def test_a_filter_that_passes_few_chunks_widens_the_walk_band_by_band(
+    make_store: Callable[..., Chroma],
+) -> None:
+    # 400 chunks hold the word; the filter passes one in 40 of them, scattered through the
+    # ranking, so the walk must widen past several bands (and past every row for "none")
+    texts = [" ".join(["apple"] * (1 + i % 5) + ["pear"] * (i % 11)) for i in range(400)]
+    documents = [
+        Document(text, metadata={"tenant": "rare" if i % 40 == 7 else "common"}, id=f"d:{i:03d}")
+        for i, text in enumerate(texts)
+    ]
+    store = store_with(make_store, documents)
+    index = KeywordIndex.for_store(store)
+    whole = index.search("apple", k=400)
+    rare = set(store.get(where={"tenant": "rare"})["ids"])
+    allowed = [hit for hit in whole if hit[0] in rare]
+    assert len(allowed) == 10
+    for k in (1, 3, 9, 10, 25):
+        assert index.search("apple", k=k, where={"tenant": "rare"}) == allowed[:k]
+    assert index.search("apple", k=5, where={"tenant": "none"}) == []
+
+
 def test_dense_columns_score_exactly_as_bm25s_does() -> None:
     """Common terms are added as dense columns: the same scores to the last bit, any query."""
     import random
