@@ -7,7 +7,7 @@ the index is a test's own, so the staleness bound is tested without sleeping.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +21,7 @@ from langchain_core.embeddings import DeterministicFakeEmbedding
 from tests.conftest import FakeClock
 from window_retriever import ConfigurationError
 from window_retriever._chroma import ChromaKeywordSource, keyword_index
-from window_retriever._keyword import FOLDER, GENERATION_KEY, KeywordIndex
+from window_retriever._keyword import FOLDER, GENERATION_KEY, Fingerprint, KeywordIndex
 
 FILLER = [
     "Connections are pooled and reused between requests to the same host.",
@@ -401,3 +401,62 @@ def test_dense_columns_score_exactly_as_bm25s_does() -> None:
         terms = model.get_tokens_ids(_tokenize([" ".join(rng.sample(words, len(words)))])[0])
         expected = model.get_scores_from_ids(terms)
         assert np.array_equal(_scores(snapshot, terms), expected)
+
+
+# ---- the protocol, implemented without Chroma -----------------------------------------------
+
+
+class ListSource:
+    """A ``KeywordSource`` over a dict of records: the index needs nothing else of a store."""
+
+    def __init__(self, records: dict[str, tuple[str, dict[str, Any]]]) -> None:
+        self.records = records
+        self.generation = 0
+        self.calls: list[str] = []
+
+    @property
+    def key(self) -> tuple[str, ...]:
+        return ("list", str(id(self)))
+
+    @property
+    def persist_directory(self) -> Path | None:
+        return None
+
+    def fingerprint(self) -> Fingerprint:
+        self.calls.append("fingerprint")
+        return Fingerprint("list", len(self.records), str(self.generation))
+
+    def bump_generation(self) -> None:
+        self.generation += 1
+
+    def pages(self, size: int) -> Iterator[tuple[list[str], list[str], list[Mapping[str, Any]]]]:
+        self.calls.append("pages")
+        ids = sorted(self.records)
+        for start in range(0, len(ids), size):
+            page = ids[start : start + size]
+            yield page, [self.records[i][0] for i in page], [self.records[i][1] for i in page]
+
+    def allowed_ids(
+        self, where: Mapping[str, Any] | None, where_document: Mapping[str, Any] | None, size: int
+    ) -> list[str]:
+        self.calls.append("allowed_ids")
+        needle = (where_document or {}).get("$contains", "")
+        return [i for i, (text, _) in self.records.items() if needle in text]
+
+
+def test_any_source_that_keeps_the_protocol_is_indexed() -> None:
+    records = {f"doc:{i}": (text, {"n": i}) for i, text in enumerate([*FILLER, OPTION])}
+    source = ListSource(records)
+    index = KeywordIndex.for_source(source)
+    index._clock = FakeClock()
+
+    assert [i for i, _ in index.search("max_retries", k=3)] == ["doc:8"]
+    assert [i for i, _ in index.search("requests", k=3, where={"n": {"$gte": 2}})] == ["doc:2"]
+    found = index.search("adapter", k=3, where_document={"$contains": "max_retries"})
+    assert [i for i, _ in found] == ["doc:8"]  # the source decides a document filter
+    assert source.calls == ["fingerprint", "pages", "fingerprint", "allowed_ids"]
+
+    records["doc:8"] = ("Set backoff_factor to wait longer.", {"n": 8})  # same count
+    assert index.search("backoff_factor", k=3) == []  # not told, no check due
+    KeywordIndex.invalidate(source)
+    assert [i for i, _ in index.search("backoff_factor", k=3)] == ["doc:8"]
