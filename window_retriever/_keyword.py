@@ -432,7 +432,7 @@ class KeywordIndex:
         where: Mapping[str, Any] | None,
         where_document: Mapping[str, Any] | None,
     ) -> np.ndarray:
-        """The rows whose ids Chroma returns for the filters (kept for this snapshot)."""
+        """The rows whose ids the source passes for the filters (kept for this snapshot)."""
         import orjson
 
         key = orjson.dumps([where, where_document], option=orjson.OPT_SORT_KEYS)
