@@ -451,7 +451,7 @@ def test_any_source_that_keeps_the_protocol_is_indexed() -> None:
     index._clock = FakeClock()
 
     assert [i for i, _ in index.search("max_retries", k=3)] == ["doc:8"]
-    assert [i for i, _ in index.search("requests", k=3, where={"n": {"$gte": 2}})] == ["doc:2"]
+    assert [i for i, _ in index.search("requests", k=3, where={"n": {"$gte": 3}})] == ["doc:5"]
     found = index.search("adapter", k=3, where_document={"$contains": "max_retries"})
     assert [i for i, _ in found] == ["doc:8"]  # the source decides a document filter
     assert source.calls == ["fingerprint", "pages", "fingerprint", "allowed_ids"]
