@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from window_retriever import ChromaWindowStore, default_embeddings, ingest, open_store
+from window_retriever._chroma import keyword_index
 from window_retriever._keyword import KeywordIndex  # not public yet: the retriever wires it
 
 CHUNKS_PER_PAGE = 8
@@ -105,7 +106,7 @@ def run_variant(
     }
     if told:
         KeywordIndex._shared.clear()  # as a new process: nothing built or loaded yet
-        index = KeywordIndex.for_store(store)
+        index = keyword_index(store)
         started = time.perf_counter()
         index.search("marker0 kato", k=40)
         row["first_search_s"] = time.perf_counter() - started
@@ -139,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
         make_pages(warm, 4)
         store = open_fresh(arguments, embeddings, "cost-warm-up")
         ingest(store, [str(warm)])
-        KeywordIndex.for_store(store).search("marker0", k=1)
+        keyword_index(store).search("marker0", k=1)
         store.delete_collection()
         for repeat in range(arguments.repeats):
             for told in (repeat % 2 == 0, repeat % 2 == 1):  # alternate which goes first

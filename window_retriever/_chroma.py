@@ -1,24 +1,29 @@
 """The Chroma adapter: the only module that speaks to chromadb and langchain-chroma directly.
 
 :class:`ChromaWindowStore` implements the store protocol (``window_retriever._protocol``) for
-a ``langchain_chroma.Chroma``, embedded or client/server, reads and writes; every call runs
-inside :func:`~window_retriever._chroma_errors.store_errors`, so a failure is one clear
-``StoreError``.
+a ``langchain_chroma.Chroma``, embedded or client/server, reads and writes;
+:class:`ChromaKeywordSource` implements what the keyword index reads and writes of the
+collection (``window_retriever._keyword.KeywordSource``). Every call runs inside
+:func:`~window_retriever._chroma_errors.store_errors`, so a failure is one clear ``StoreError``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
+import os
+import uuid
 import weakref
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from dataclasses import replace
-from typing import Any, ClassVar, Literal
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 from urllib.parse import quote
 
 from langchain_core.documents import Document
 from langchain_core.embeddings import Embeddings
 
-from window_retriever._chroma_errors import store_errors
+from window_retriever._chroma_errors import server_address, store_errors
 from window_retriever._errors import ConfigurationError
 from window_retriever._protocol import (
     AsyncWindowStore,
@@ -33,6 +38,9 @@ from window_retriever._protocol import (
     WindowStore,
     in_thread,
 )
+
+if TYPE_CHECKING:
+    from window_retriever._keyword import Fingerprint, KeywordIndex
 
 
 class ChromaWindowStore(WindowStore, AsyncWindowStore):
@@ -53,6 +61,7 @@ class ChromaWindowStore(WindowStore, AsyncWindowStore):
     def __init__(self, vectorstore: Any) -> None:
         self.vectorstore = vectorstore
         self._async_server: _AsyncServer | Literal[False] | None = None
+        self._keyword_source: ChromaKeywordSource | None = None
         self._changed = False
         """A write was tried since the last :meth:`written` (set before the write: a failed
         write may have changed the collection part-way)."""
@@ -87,7 +96,7 @@ class ChromaWindowStore(WindowStore, AsyncWindowStore):
         """BM25 over the collection's chunks (``window_retriever._keyword``, built on first use)."""
         from window_retriever._keyword import KeywordIndex
 
-        return KeywordIndex.for_store(self.vectorstore).search(
+        return KeywordIndex.for_source(self._keywords()).search(
             query, k, where=where, where_document=where_document
         )
 
@@ -217,11 +226,11 @@ class ChromaWindowStore(WindowStore, AsyncWindowStore):
         """
         if not self._changed:
             return
-        from window_retriever._keyword import KeywordIndex  # it imports this module
+        from window_retriever._keyword import KeywordIndex  # loaded on first use only
 
         self._changed = False  # before: a write racing this call sets it again
         try:
-            KeywordIndex.invalidate(self.vectorstore)
+            KeywordIndex.invalidate(self._keywords())
         except BaseException:
             self._changed = True
             raise
@@ -255,6 +264,12 @@ class ChromaWindowStore(WindowStore, AsyncWindowStore):
             self._async_server = _AsyncServer.of(self.vectorstore) or False
         return self._async_server or None
 
+    def _keywords(self) -> ChromaKeywordSource:
+        """What the keyword index reads and writes of this store's collection (made once)."""
+        if self._keyword_source is None:
+            self._keyword_source = ChromaKeywordSource(self.vectorstore)
+        return self._keyword_source
+
     def _embedder(self) -> Any:
         embedder = getattr(self.vectorstore, "embeddings", None)
         if embedder is None:
@@ -267,6 +282,159 @@ class ChromaWindowStore(WindowStore, AsyncWindowStore):
 
     def _query_vector(self, query: str) -> list[float]:
         return list(self._embedder().embed_query(query))
+
+
+class ChromaKeywordSource:
+    """The keyword index's reads and writes of a ``langchain_chroma.Chroma`` store's collection.
+
+    It implements ``window_retriever._keyword.KeywordSource`` (a protocol: this module imports
+    the keyword index only when a keyword search or a write uses it).
+
+    The fingerprint is two calls (``get_collection``, ``count``); the generation token lives in
+    the collection's metadata under ``GENERATION_KEY``. Chroma's ``modify(metadata=...)``
+    *replaces* the collection's metadata (chromadb 1.5.9), so the token is merged into the
+    metadata that is there; it refuses any metadata holding ``hnsw:space`` (even unchanged), so
+    that key is dropped: the distance lives in the collection's configuration, which ``modify``
+    leaves as it is (checked: the space, the HNSW settings and query distances are unchanged,
+    also after reopening).
+
+    Args:
+        vectorstore: A ``langchain_chroma.Chroma`` store (embedded, in memory or a server).
+
+    Raises:
+        ConfigurationError: ``vectorstore`` is not a Chroma store.
+    """
+
+    def __init__(self, vectorstore: Any) -> None:
+        self.vectorstore = vectorstore
+        self._client, self.name = _client_and_name(vectorstore)
+        self._collection: Any = None
+        """The collection the last :meth:`fingerprint` found: :meth:`pages` reads it."""
+
+    @functools.cached_property
+    def key(self) -> tuple[str, ...]:
+        """Where the store lives (server, path or this client in memory), tenant, database, name."""
+        server = server_address(self.vectorstore)
+        if server is not None:
+            location = f"server:{server}"
+        else:
+            settings = self._client.get_settings()
+            if settings.is_persistent and settings.persist_directory:
+                location = f"path:{os.path.realpath(settings.persist_directory)}"
+            else:  # in memory: this client only
+                location = f"memory:{id(self._client)}"
+        tenant = str(getattr(self._client, "tenant", ""))
+        database = str(getattr(self._client, "database", ""))
+        return (location, tenant, database, self.name)
+
+    @property
+    def persist_directory(self) -> Path | None:
+        """An embedded store's persist directory; None on a server or in memory."""
+        try:
+            settings = self._client.get_settings()
+            if settings.chroma_api_impl == "chromadb.api.fastapi.FastAPI":
+                return None
+            if not (settings.is_persistent and settings.persist_directory):
+                return None
+        except Exception:
+            return None
+        return Path(settings.persist_directory)
+
+    def fingerprint(self) -> Fingerprint:
+        """``get_collection`` (its id and generation token) and ``count``."""
+        from window_retriever._keyword import GENERATION_KEY, Fingerprint
+
+        with store_errors(self.vectorstore):
+            collection = self._client.get_collection(self.name)
+            generation = (collection.metadata or {}).get(GENERATION_KEY)
+            fingerprint = Fingerprint(
+                str(collection.id),
+                int(collection.count()),
+                None if generation is None else str(generation),
+            )
+        self._collection = collection
+        return fingerprint
+
+    def bump_generation(self) -> None:
+        """``get_collection``, then ``modify``: the metadata, a new token, no ``hnsw:space``."""
+        from chromadb.errors import NotFoundError
+
+        from window_retriever._keyword import GENERATION_KEY
+
+        with store_errors(self.vectorstore):
+            try:
+                collection = self._client.get_collection(self.name)
+            except NotFoundError:
+                return
+            metadata = dict(collection.metadata or {})
+            metadata.pop("hnsw:space", None)  # modify refuses it; the configuration keeps it
+            metadata[GENERATION_KEY] = uuid.uuid4().hex
+            collection.modify(metadata=metadata)
+
+    def pages(self, size: int) -> Iterator[tuple[list[str], list[str], list[Mapping[str, Any]]]]:
+        """``get`` of documents and metadatas, a page at a time, from the collection last found."""
+        collection = self._collection
+        with store_errors(self.vectorstore):
+            if collection is None:
+                collection = self._client.get_collection(self.name)
+            offset = 0
+            while True:
+                page = collection.get(include=["documents", "metadatas"], limit=size, offset=offset)
+                ids = page["ids"]
+                documents = [text or "" for text in page["documents"] or [""] * len(ids)]
+                metadatas = [m or {} for m in page["metadatas"] or [{}] * len(ids)]
+                yield ids, documents, metadatas
+                offset += len(ids)
+                if len(ids) < size:
+                    break
+
+    def allowed_ids(
+        self,
+        where: Mapping[str, Any] | None,
+        where_document: Mapping[str, Any] | None,
+        size: int,
+    ) -> list[str]:
+        """``get_collection``, then ``get(include=[])`` with the filters, ``size`` at a time."""
+        allowed: list[str] = []
+        with store_errors(self.vectorstore):
+            collection = self._client.get_collection(self.name)
+            while True:
+                page = collection.get(
+                    where=dict(where) if where else None,
+                    where_document=dict(where_document) if where_document else None,
+                    include=[],
+                    limit=size,
+                    offset=len(allowed),
+                )
+                allowed += page["ids"]
+                if len(page["ids"]) < size:
+                    break
+        return allowed
+
+
+def keyword_index(vectorstore: Any, *, check_interval: float | None = None) -> KeywordIndex:
+    """The process's shared keyword index of a ``langchain_chroma.Chroma`` store's collection.
+
+    Args:
+        vectorstore: A ``langchain_chroma.Chroma`` store (embedded, in memory or a server).
+        check_interval: Seconds between fingerprint checks (see ``KeywordIndex.for_source``).
+    """
+    from window_retriever._keyword import KeywordIndex
+
+    source = ChromaKeywordSource(vectorstore)
+    return KeywordIndex.for_source(source, check_interval=check_interval)
+
+
+def _client_and_name(vectorstore: Any) -> tuple[Any, str]:
+    client = getattr(vectorstore, "_client", None)
+    collection = getattr(vectorstore, "_collection", None)
+    if client is None or collection is None:
+        msg = (
+            f"vectorstore must be a langchain_chroma.Chroma store for keyword search, got "
+            f"{type(vectorstore).__name__}; open the store with open_store() or Chroma(...)"
+        )
+        raise ConfigurationError(msg)
+    return client, str(collection.name)
 
 
 def _exactly(record: Record, stored: Mapping[str, Any] | None) -> Record:

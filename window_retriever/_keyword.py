@@ -5,7 +5,10 @@ Dense vectors miss exact terms (option names, commands, error codes); BM25 finds
 implemented for Local Chroma" on the embedded client and the single-node server), so this
 module ranks with ``bm25s`` (numpy only) beside the store, never as a separate service:
 
-- one shared :class:`KeywordIndex` per collection per process (:meth:`KeywordIndex.for_store`);
+- it reaches the collection only through a :class:`KeywordSource` (fingerprint, generation
+  token, pages of records, ids a filter passes, where to save); the Chroma adapter implements
+  it (``window_retriever._chroma.ChromaKeywordSource``), and this module imports no Chroma;
+- one shared :class:`KeywordIndex` per collection per process (:meth:`KeywordIndex.for_source`);
 - built from the collection's own documents, read in pages (English stop words, the Snowball
   English stemmer, ``bm25s``' default Lucene BM25 with ``k1=1.5``, ``b=0.75``);
 - beside an embedded store, saved under ``<persist_directory>/window_retriever_keyword/
@@ -16,12 +19,12 @@ module ranks with ``bm25s`` (numpy only) beside the store, never as a separate s
 
 How the index learns that the collection changed
 -------------------------------------------------
-A *fingerprint* of the collection is three values read in two cheap calls (``get_collection``
-and ``count``): the collection's id (a deleted and re-created collection gets a new one), its
-number of records, and a *generation* token kept in the collection's metadata under
-:data:`GENERATION_KEY`. Every write operation of this library (``add_chunks``, ``sync_file``,
-``remove_file``, ``prune_missing``, ``ingest``) ends by telling its store
-(``WindowStore.written``, in a ``finally``); the Chroma adapter then calls
+A *fingerprint* of the collection is three values read in two cheap calls (on Chroma
+``get_collection`` and ``count``): the collection's id (a deleted and re-created collection
+gets a new one), its number of records, and a *generation* token kept in the collection's
+metadata under :data:`GENERATION_KEY`. Every write operation of this library
+(``add_chunks``, ``sync_file``, ``remove_file``, ``prune_missing``, ``ingest``) ends by
+telling its store (``WindowStore.written``, in a ``finally``); the Chroma adapter then calls
 :meth:`KeywordIndex.invalidate`, once per operation and only if it wrote. That stores a new
 random token (so every process sees a change, even an in-place re-ingest that keeps the
 count) and makes this process's index check at its next search. A search re-reads the
@@ -36,11 +39,8 @@ fingerprint at most every ``check_interval`` seconds (default
   seen at the next :meth:`KeywordIndex.invalidate` (:meth:`KeywordIndex.refresh` does not
   help: the fingerprint it reads has not changed).
 
-Chroma's ``modify(metadata=...)`` *replaces* the collection's metadata (chromadb 1.5.9), so the
-token is merged into the metadata that is there; it refuses any metadata holding
-``hnsw:space`` (even unchanged), so that key is dropped from the metadata: the distance lives
-in the collection's configuration, which ``modify`` leaves as it is (checked: the space, the
-HNSW settings and query distances are unchanged, also after reopening).
+How Chroma keeps the token (``modify`` replaces the metadata and refuses ``hnsw:space``) is
+told by ``ChromaKeywordSource``.
 
 Filters
 -------
@@ -48,7 +48,8 @@ Filters
 compile_where` over the metadata held with the index, checked lazily on the best-scored rows
 until ``k`` pass; a filter it cannot decide, and any ``where_document`` (Chroma's
 ``$contains`` / ``$regex`` are case-sensitive and its regex dialect is Rust's), is given to
-Chroma itself, which returns the ids that pass (``get(include=[])``); the index masks the rest.
+Chroma itself, which returns the ids that pass (:meth:`KeywordSource.allowed_ids`, on Chroma
+``get(include=[])``); the index masks the rest.
 ``bm25s``' own ``weight_mask`` is not used: it zeroes masked scores but ``retrieve`` still
 returns zero-scored rows to fill ``k``.
 
@@ -75,21 +76,19 @@ import contextlib
 import functools
 import logging
 import math
-import os
 import shutil
 import threading
 import time
 import uuid
 import warnings
 from collections import OrderedDict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 import numpy as np
 
-from window_retriever._chroma_errors import server_address, store_errors
 from window_retriever._errors import ConfigurationError
 from window_retriever._filters import compile_where
 
@@ -125,6 +124,64 @@ class Fingerprint:
 
     def as_json(self) -> dict[str, Any]:
         return {"collection_id": self.collection_id, "count": self.count, "gen": self.generation}
+
+
+class KeywordSource(Protocol):
+    """The reads and writes a :class:`KeywordIndex` makes of one collection: its only way in.
+
+    The Chroma adapter implements it (``window_retriever._chroma.ChromaKeywordSource``, which
+    imports this module only when it is used: a retriever that never searches by keyword never
+    loads it, hence a protocol and not a base class). A source is cheap to make (no call to
+    the store until a method asks); one index keeps the source it was made with. Every method
+    that calls the store turns the store's failures into the library's errors (a
+    ``StoreError`` that names the fix) or lets others pass.
+
+    The index calls :meth:`fingerprint` and :meth:`pages` under its own lock, one thread at a
+    time, so :meth:`pages` may read the very collection the last :meth:`fingerprint` found;
+    :meth:`allowed_ids` and :meth:`bump_generation` may be called from any thread at any time.
+    """
+
+    @property
+    def key(self) -> tuple[str, ...]:
+        """Which collection: equal keys share one index in a process (where, tenant, name)."""
+
+    @property
+    def persist_directory(self) -> Path | None:
+        """The embedded store's own directory, beside which the index is saved; else None.
+
+        None for a store on a server (each process builds its own, from the collection) and
+        for a store in memory (nothing outlives the process).
+        """
+
+    def fingerprint(self) -> Fingerprint:
+        """The collection's state now: its id, its number of records, its generation token.
+
+        The token is the value the last :meth:`bump_generation` stored (as a string), or None.
+        """
+
+    def bump_generation(self) -> None:
+        """Store a new random generation token, keeping everything else about the collection.
+
+        A collection that no longer exists is left alone (nothing is raised).
+        """
+
+    def pages(self, size: int) -> Iterator[tuple[list[str], list[str], list[Mapping[str, Any]]]]:
+        """Every record once, ``size`` at a time: ``(ids, documents, metadatas)`` per page.
+
+        A record without text gives ``""``, one without metadata ``{}``; the pages are read
+        from the collection the last :meth:`fingerprint` found.
+        """
+
+    def allowed_ids(
+        self,
+        where: Mapping[str, Any] | None,
+        where_document: Mapping[str, Any] | None,
+        size: int,
+    ) -> list[str]:
+        """The ids of every record the filters pass, as the store itself decides them.
+
+        Read ``size`` at a time; ``None`` (or an empty filter) passes every record.
+        """
 
 
 @dataclass(slots=True)
@@ -166,16 +223,19 @@ class _Snapshot:
 
 
 class KeywordIndex:
-    """BM25 over the chunks of one Chroma collection, refreshed when the collection changes.
+    """BM25 over the chunks of one collection, refreshed when the collection changes.
 
-    Get the process's shared index of a store with :meth:`for_store`; call :meth:`invalidate`
-    after writing to the store (the library's write paths do). Thread-safe: a search reads one
+    Get the process's shared index of a collection with :meth:`for_source`; call
+    :meth:`invalidate` after writing to it (the library's write paths do). The collection is
+    reached only through its :class:`KeywordSource`. Thread-safe: a search reads one
     immutable snapshot; one thread at a time checks and rebuilds.
 
     Example:
         .. code-block:: python
 
-            index = KeywordIndex.for_store(store)
+            from window_retriever._chroma import ChromaKeywordSource
+
+            index = KeywordIndex.for_source(ChromaKeywordSource(chroma))
             index.search("max_retries", k=20, where={"tenant": "acme"})
             # [("docs/config.html:12", 7.31), ...]
     """
@@ -183,18 +243,20 @@ class KeywordIndex:
     _shared: ClassVar[dict[tuple[str, ...], KeywordIndex]] = {}
     _shared_lock: ClassVar[threading.Lock] = threading.Lock()
 
-    def __init__(self, vectorstore: Any, *, check_interval: float = DEFAULT_CHECK_INTERVAL) -> None:
+    def __init__(
+        self, source: KeywordSource, *, check_interval: float = DEFAULT_CHECK_INTERVAL
+    ) -> None:
         """Build nothing yet; the first search reads (or loads) the index.
 
         Args:
-            vectorstore: A ``langchain_chroma.Chroma`` store.
+            source: The collection's reads and writes (for Chroma: ``ChromaKeywordSource``).
             check_interval: Seconds between two checks of the collection's fingerprint.
         """
         _check_interval(check_interval)
-        self._vectorstore = vectorstore
-        self._client, self._name = _client_and_name(vectorstore)
+        self._source = source
         self.check_interval = float(check_interval)
-        self.directory = _directory(self._client)
+        persist_directory = source.persist_directory
+        self.directory = None if persist_directory is None else persist_directory / FOLDER
         """Where this index is saved (embedded stores), or None (servers, in-memory stores)."""
         self.builds = 0
         """How many times this index was built from the collection's documents."""
@@ -208,51 +270,42 @@ class KeywordIndex:
     # ---- the shared index of a store ----------------------------------------------------
 
     @classmethod
-    def for_store(cls, vectorstore: Any, *, check_interval: float | None = None) -> KeywordIndex:
-        """The index of ``vectorstore``'s collection, shared by every caller in this process.
+    def for_source(
+        cls, source: KeywordSource, *, check_interval: float | None = None
+    ) -> KeywordIndex:
+        """The index of ``source``'s collection, shared by every caller in this process.
 
         Args:
-            vectorstore: A ``langchain_chroma.Chroma`` store (embedded, in memory or a server).
+            source: The collection's reads and writes; sources of equal ``key`` share one
+                index (the first one given is the one it keeps).
             check_interval: Seconds between fingerprint checks (the staleness bound across
                 processes). Callers asking for different values share the smallest.
         """
         if check_interval is not None:
             _check_interval(check_interval)
-        key = _key(vectorstore)
+        key = source.key
         with cls._shared_lock:
             index = cls._shared.get(key)
             if index is None:
                 interval = DEFAULT_CHECK_INTERVAL if check_interval is None else check_interval
-                index = cls(vectorstore, check_interval=interval)
+                index = cls(source, check_interval=interval)
                 cls._shared[key] = index
             elif check_interval is not None:
                 index.check_interval = min(index.check_interval, float(check_interval))
             return index
 
     @classmethod
-    def invalidate(cls, vectorstore: Any) -> None:
+    def invalidate(cls, source: KeywordSource) -> None:
         """Tell every index of this collection, in every process, that it was written to.
 
         Call it after a write has finished (add, upsert, update, delete): it stores a new
-        generation token in the collection's metadata (two calls: ``get_collection`` and
-        ``modify``) and makes this process's index check at its next search. A collection
-        that no longer exists is left alone.
+        generation token (:meth:`KeywordSource.bump_generation`; on Chroma two calls,
+        ``get_collection`` and ``modify``) and makes this process's index check at its next
+        search. A collection that no longer exists is left alone.
         """
-        client, name = _client_and_name(vectorstore)
-        from chromadb.errors import NotFoundError
-
-        with store_errors(vectorstore):
-            try:
-                collection = client.get_collection(name)
-            except NotFoundError:
-                collection = None
-            if collection is not None:
-                metadata = dict(collection.metadata or {})
-                metadata.pop("hnsw:space", None)  # modify refuses it; the configuration keeps it
-                metadata[GENERATION_KEY] = uuid.uuid4().hex
-                collection.modify(metadata=metadata)
+        source.bump_generation()
         with cls._shared_lock:
-            index = cls._shared.get(_key(vectorstore))
+            index = cls._shared.get(source.key)
         if index is not None:
             index._checked_at = -math.inf
 
@@ -349,27 +402,18 @@ class KeywordIndex:
             started = self._clock()
             if snapshot is not None and started - self._checked_at < self.check_interval:
                 return snapshot  # another thread checked while this one waited
-            collection, fingerprint = self._fingerprint()
+            fingerprint = self._source.fingerprint()
             if snapshot is None or snapshot.fingerprint != fingerprint:
-                snapshot = self._load(fingerprint) or self._build(collection, fingerprint)
+                snapshot = self._load(fingerprint) or self._build(fingerprint)
                 self._snapshot = snapshot
             self._checked_at = started
             return snapshot
 
-    def _fingerprint(self) -> tuple[Any, Fingerprint]:
-        with store_errors(self._vectorstore):
-            collection = self._client.get_collection(self._name)
-            generation = (collection.metadata or {}).get(GENERATION_KEY)
-            fingerprint = Fingerprint(
-                str(collection.id), int(collection.count()), _string_or_none(generation)
-            )
-        return collection, fingerprint
-
-    def _build(self, collection: Any, fingerprint: Fingerprint) -> _Snapshot:
+    def _build(self, fingerprint: Fingerprint) -> _Snapshot:
         """Read every chunk, page by page, and index it; again if the collection changed."""
         for _attempt in range(3):
-            ids, documents, metadatas = _read_all(self._vectorstore, collection)
-            collection, after = self._fingerprint()
+            ids, documents, metadatas = self._read_all()
+            after = self._source.fingerprint()
             if after == fingerprint:
                 break
             fingerprint = after  # written to while read: read again
@@ -395,7 +439,7 @@ class KeywordIndex:
         where: Mapping[str, Any] | None,
         where_document: Mapping[str, Any] | None,
     ) -> np.ndarray:
-        """The rows whose ids Chroma returns for the filters (kept for this snapshot)."""
+        """The rows whose ids the source passes for the filters (kept for this snapshot)."""
         import orjson
 
         key = orjson.dumps([where, where_document], option=orjson.OPT_SORT_KEYS)
@@ -406,27 +450,24 @@ class KeywordIndex:
                 return mask
         row_of = snapshot.row_index()
         mask = np.zeros(len(snapshot.ids), dtype=bool)
-        with store_errors(self._vectorstore):
-            collection = self._client.get_collection(self._name)
-            offset = 0
-            while True:
-                page = collection.get(
-                    where=dict(where) if where else None,
-                    where_document=dict(where_document) if where_document else None,
-                    include=[],
-                    limit=PAGE_SIZE,
-                    offset=offset,
-                )
-                rows = [row_of[i] for i in page["ids"] if i in row_of]
-                mask[rows] = True
-                offset += len(page["ids"])
-                if len(page["ids"]) < PAGE_SIZE:
-                    break
+        allowed = self._source.allowed_ids(where, where_document, PAGE_SIZE)
+        mask[[row_of[i] for i in allowed if i in row_of]] = True
         with self._lock:
             snapshot.masks[key] = mask
             while len(snapshot.masks) > _MASKS_KEPT:
                 snapshot.masks.popitem(last=False)
         return mask
+
+    def _read_all(self) -> tuple[list[str], list[str], list[Mapping[str, Any]]]:
+        """Every record's id, document and metadata, ``PAGE_SIZE`` at a time."""
+        ids: list[str] = []
+        documents: list[str] = []
+        metadatas: list[Mapping[str, Any]] = []
+        for page_ids, page_documents, page_metadatas in self._source.pages(PAGE_SIZE):
+            ids += page_ids
+            documents += page_documents
+            metadatas += page_metadatas
+        return ids, documents, metadatas
 
 
 def _always(metadata: Mapping[str, Any]) -> bool:
@@ -443,72 +484,6 @@ def _check_interval(value: float) -> None:
     if math.isinf(value):
         msg = "check_interval must be finite: an index that never checks misses other writers"
         raise ConfigurationError(msg + f"; use e.g. {DEFAULT_CHECK_INTERVAL}")
-
-
-def _string_or_none(value: Any) -> str | None:
-    return None if value is None else str(value)
-
-
-def _client_and_name(vectorstore: Any) -> tuple[Any, str]:
-    client = getattr(vectorstore, "_client", None)
-    collection = getattr(vectorstore, "_collection", None)
-    if client is None or collection is None:
-        msg = (
-            f"vectorstore must be a langchain_chroma.Chroma store for keyword search, got "
-            f"{type(vectorstore).__name__}; open the store with open_store() or Chroma(...)"
-        )
-        raise ConfigurationError(msg)
-    return client, str(collection.name)
-
-
-def _key(vectorstore: Any) -> tuple[str, ...]:
-    """Which collection: where the store lives, its tenant, database and collection name."""
-    client, name = _client_and_name(vectorstore)
-    server = server_address(vectorstore)
-    if server is not None:
-        location = f"server:{server}"
-    else:
-        settings = client.get_settings()
-        if settings.is_persistent and settings.persist_directory:
-            location = f"path:{os.path.realpath(settings.persist_directory)}"
-        else:  # in memory: this client only
-            location = f"memory:{id(client)}"
-    tenant = str(getattr(client, "tenant", ""))
-    database = str(getattr(client, "database", ""))
-    return (location, tenant, database, name)
-
-
-def _directory(client: Any) -> Path | None:
-    """The folder for saved indexes: under an embedded store's persist directory, else None."""
-    try:
-        settings = client.get_settings()
-        if settings.chroma_api_impl == "chromadb.api.fastapi.FastAPI":
-            return None
-        if not (settings.is_persistent and settings.persist_directory):
-            return None
-    except Exception:
-        return None
-    return Path(settings.persist_directory) / FOLDER
-
-
-def _read_all(
-    vectorstore: Any, collection: Any
-) -> tuple[list[str], list[str], list[Mapping[str, Any]]]:
-    """Every record's id, document and metadata, ``PAGE_SIZE`` at a time."""
-    ids: list[str] = []
-    documents: list[str] = []
-    metadatas: list[Mapping[str, Any]] = []
-    with store_errors(vectorstore):
-        while True:
-            page = collection.get(
-                include=["documents", "metadatas"], limit=PAGE_SIZE, offset=len(ids)
-            )
-            ids += page["ids"]
-            documents += [text or "" for text in page["documents"] or [""] * len(page["ids"])]
-            metadatas += [m or {} for m in page["metadatas"] or [{}] * len(page["ids"])]
-            if len(page["ids"]) < PAGE_SIZE:
-                break
-    return ids, documents, metadatas
 
 
 class _Stemmers(threading.local):

@@ -22,6 +22,7 @@ from langchain_core.documents import Document
 from langchain_core.embeddings import DeterministicFakeEmbedding
 
 from tests.integration.conftest import unique
+from window_retriever._chroma import keyword_index
 from window_retriever._keyword import KeywordIndex
 
 pytestmark = pytest.mark.integration
@@ -41,6 +42,7 @@ import chromadb
 from langchain_chroma import Chroma
 from langchain_core.documents import Document
 from langchain_core.embeddings import DeterministicFakeEmbedding
+from window_retriever._chroma import ChromaKeywordSource, keyword_index
 from window_retriever._keyword import KeywordIndex
 config = json.loads(sys.argv[1])
 if "host" in config:
@@ -103,7 +105,7 @@ def test_writes_of_another_process_are_seen_on_a_server_within_the_bound(
         [Document(page_content=text, id=f"doc:{i}") for i, text in enumerate(FILLER)],
         ids=[f"doc:{i}" for i in range(len(FILLER))],
     )
-    index = KeywordIndex.for_store(store, check_interval=30)
+    index = keyword_index(store, check_interval=30)
     clock = FakeClock()
     index._clock = clock
     assert ids(index.search("redirects", k=3)) == ["doc:1"]
@@ -119,7 +121,7 @@ def test_writes_of_another_process_are_seen_on_a_server_within_the_bound(
             ids=["doc:9", "doc:1"],
         )
         store.delete(ids=["doc:0"])
-        KeywordIndex.invalidate(store)
+        KeywordIndex.invalidate(ChromaKeywordSource(store))
         """,
         {**config, "option": OPTION},
     )
@@ -144,7 +146,7 @@ def test_writes_of_another_process_are_seen_on_a_server_within_the_bound(
     # Another process on the same server builds its own index and ranks the same way.
     theirs = run(
         """
-        index = KeywordIndex.for_store(store)
+        index = keyword_index(store)
         print(json.dumps(index.search("retry adapter connections", k=5)))
         """,
         config,
@@ -161,7 +163,7 @@ def get(self, *args, **kwargs):
     reads += "documents" in (kwargs.get("include") or [])
     return original(self, *args, **kwargs)
 Collection.get = get
-index = KeywordIndex.for_store(store)
+index = keyword_index(store)
 hits = index.search(config["query"], k=3)
 print(json.dumps({"builds": index.builds, "loads": index.loads, "reads": reads, "hits": hits}))
 """
@@ -176,7 +178,7 @@ def test_a_new_process_loads_the_saved_index_and_rebuilds_it_after_a_change(
         store.add_documents([Document(page_content=t, id=f"doc:{i}")
                              for i, t in enumerate(config["texts"])],
                             ids=[f"doc:{i}" for i in range(len(config["texts"]))])
-        KeywordIndex.invalidate(store)
+        KeywordIndex.invalidate(ChromaKeywordSource(store))
         """,
         {**config, "texts": [*FILLER, OPTION]},
     )
@@ -193,7 +195,7 @@ def test_a_new_process_loads_the_saved_index_and_rebuilds_it_after_a_change(
         """
         store.add_documents([Document(page_content="Set max_retries=5.", id="doc:7")],
                             ids=["doc:7"])
-        KeywordIndex.invalidate(store)
+        KeywordIndex.invalidate(ChromaKeywordSource(store))
         """,
         config,
     )

@@ -24,6 +24,7 @@ from langchain_core.embeddings import DeterministicFakeEmbedding
 
 from tests.integration.conftest import unique
 from window_retriever import ingest, open_store
+from window_retriever._chroma import keyword_index
 from window_retriever._keyword import GENERATION_KEY, KeywordIndex
 from window_retriever._stores import ChromaWindowStore
 
@@ -78,7 +79,7 @@ def test_a_reader_process_sees_the_cli_s_ingests_within_its_check_interval(
         embedding_function=DeterministicFakeEmbedding(size=16),  # keyword search embeds nothing
         client=chromadb.HttpClient(host=address.hostname, port=address.port),
     )
-    index = KeywordIndex.for_store(store, check_interval=INTERVAL)
+    index = keyword_index(store, check_interval=INTERVAL)
     assert len(hits(index, "zebrafish")) == 1
     count = store._collection.count()
 
@@ -110,6 +111,7 @@ import chromadb
 from langchain_chroma import Chroma
 from langchain_core.embeddings import DeterministicFakeEmbedding
 from window_retriever import ingest, open_store
+from window_retriever._chroma import ChromaKeywordSource, keyword_index
 from window_retriever._keyword import KeywordIndex
 from window_retriever._stores import ChromaWindowStore
 config = json.loads(sys.argv[1])
@@ -124,7 +126,7 @@ else:
                    collection_metadata={"hnsw:space": "cosine"})
 space = ChromaWindowStore(store).space()
 summary = ingest(store, [config["folder"]])
-hit = KeywordIndex.for_store(store).search("narwhal", k=1)
+hit = keyword_index(store).search("narwhal", k=1)
 _, distance = store.similarity_search_with_score(config["query"], k=1)[0]
 print(json.dumps({"space": space, "after": ChromaWindowStore(store).space(),
                   "updated": summary.updated, "hit": hit, "distance": distance}))

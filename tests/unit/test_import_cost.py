@@ -48,6 +48,7 @@ SCRIPT = textwrap.dedent(
 
     import chromadb
     from langchain_chroma import Chroma
+    from window_retriever._chroma import ChromaKeywordSource
 
     chroma = Chroma(
         client=chromadb.EphemeralClient(),
@@ -55,7 +56,7 @@ SCRIPT = textwrap.dedent(
         embedding_function=DeterministicFakeEmbedding(size=16),
     )
     chroma.add_texts(["max_retries on the adapter", "cookies persist"], ids=["a", "b"])
-    hits = KeywordIndex.for_store(chroma).search("max_retries", k=1)
+    hits = KeywordIndex.for_source(ChromaKeywordSource(chroma)).search("max_retries", k=1)
     assert [chunk_id for chunk_id, _ in hits] == ["a"], hits
     step("keyword search")
     print(json.dumps(seen))

@@ -7,7 +7,7 @@ the index is a test's own, so the staleness bound is tested without sleeping.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +20,8 @@ from langchain_core.embeddings import DeterministicFakeEmbedding
 
 from tests.conftest import FakeClock
 from window_retriever import ConfigurationError
-from window_retriever._keyword import FOLDER, GENERATION_KEY, KeywordIndex
+from window_retriever._chroma import ChromaKeywordSource, keyword_index
+from window_retriever._keyword import FOLDER, GENERATION_KEY, Fingerprint, KeywordIndex
 
 FILLER = [
     "Connections are pooled and reused between requests to the same host.",
@@ -79,7 +80,7 @@ def test_an_exact_option_name_is_found_where_the_vector_search_misses_it(
     vector_top = [d.id for d in store.similarity_search("max_retries", k=3)]
     assert "doc:8" not in vector_top  # the premise: the dense leg does not find it
 
-    found = KeywordIndex.for_store(store).search("max_retries", k=3)
+    found = keyword_index(store).search("max_retries", k=3)
 
     assert [chunk_id for chunk_id, _ in found] == ["doc:8"]  # only chunks holding a term
     assert found[0][1] > 0
@@ -87,7 +88,7 @@ def test_an_exact_option_name_is_found_where_the_vector_search_misses_it(
 
 def test_stemming_and_stop_words(make_store: Callable[..., Chroma]) -> None:
     store = store_with(make_store, chunks([*FILLER, OPTION]))
-    index = KeywordIndex.for_store(store)
+    index = keyword_index(store)
 
     # "retrying" meets "retry" and "redirect" meets "redirects" through their stems
     assert {i for i, _ in index.search("retrying redirect", k=5)} == {"doc:1", "doc:8"}
@@ -102,7 +103,7 @@ def test_k_larger_than_the_corpus_returns_every_chunk_holding_a_term(
 ) -> None:
     store = store_with(make_store, chunks(["requests here", "more requests", "nothing"]))
 
-    found = KeywordIndex.for_store(store).search("requests", k=100)
+    found = keyword_index(store).search("requests", k=100)
 
     assert sorted(i for i, _ in found) == ["doc:0", "doc:1"]
     assert [s for _, s in found] == sorted((s for _, s in found), reverse=True)
@@ -112,7 +113,7 @@ def test_an_empty_collection_and_chunks_of_stop_words_only(
     make_store: Callable[..., Chroma],
 ) -> None:
     store = make_store()
-    index = KeywordIndex.for_store(store, check_interval=0)
+    index = keyword_index(store, check_interval=0)
     assert index.search("anything", k=5) == []
     assert len(index) == 0
 
@@ -131,7 +132,7 @@ def test_a_filter_hides_chunks_from_the_keyword_leg(make_store: Callable[..., Ch
         for i in range(10)
     ]
     store = store_with(make_store, documents)
-    index = KeywordIndex.for_store(store)
+    index = keyword_index(store)
 
     unfiltered = [i for i, _ in index.search("retry", k=3)]
     acme = [i for i, _ in index.search("retry", k=3, where={"tenant": "acme"})]
@@ -173,7 +174,7 @@ def test_filters_agree_with_chroma_s_own(
     store = store_with(make_store, documents)
     allowed = set(store.get(where=where, where_document=where_document, include=[])["ids"])
     assert 0 < len(allowed) < 24
-    index = KeywordIndex.for_store(store)
+    index = keyword_index(store)
     ranked = [i for i, _ in index.search("retry", k=24)]
 
     found = index.search("retry", k=5, where=where, where_document=where_document)
@@ -183,11 +184,11 @@ def test_filters_agree_with_chroma_s_own(
 
 def test_a_deleted_chunk_never_comes_back(make_store: Callable[..., Chroma]) -> None:
     store = store_with(make_store, chunks([*FILLER, OPTION]))
-    index = KeywordIndex.for_store(store)
+    index = keyword_index(store)
     assert [i for i, _ in index.search("max_retries", k=3)] == ["doc:8"]
 
     store.delete(ids=["doc:8"])
-    KeywordIndex.invalidate(store)
+    KeywordIndex.invalidate(ChromaKeywordSource(store))
 
     assert index.search("max_retries", k=3) == []
     assert "doc:8" not in {i for i, _ in index.search("adapter", k=10)}
@@ -197,14 +198,14 @@ def test_an_in_place_rewrite_is_seen_through_invalidate(
     make_store: Callable[..., Chroma],
 ) -> None:
     store = store_with(make_store, chunks([*FILLER, OPTION]))
-    index = KeywordIndex.for_store(store)
+    index = keyword_index(store)
     index._clock = FakeClock()  # no time passes: only invalidate can tell
     assert index.search("backoff_factor", k=3) == []
 
     rewritten = "Set backoff_factor to wait longer between retries."
     store.add_documents([Document(page_content=rewritten, id="doc:8")], ids=["doc:8"])
     assert index.search("backoff_factor", k=3) == []  # same count, not yet told
-    KeywordIndex.invalidate(store)
+    KeywordIndex.invalidate(ChromaKeywordSource(store))
 
     assert [i for i, _ in index.search("backoff_factor", k=3)] == ["doc:8"]
     assert index.search("max_retries", k=3) == []
@@ -214,7 +215,7 @@ def test_another_writer_is_seen_within_the_check_interval(
     make_store: Callable[..., Chroma],
 ) -> None:
     store = store_with(make_store, chunks(FILLER))
-    index = KeywordIndex.for_store(store, check_interval=5)
+    index = keyword_index(store, check_interval=5)
     clock = FakeClock()
     index._clock = clock
     assert index.search("max_retries", k=3) == []
@@ -241,9 +242,9 @@ def test_invalidate_keeps_the_collection_s_metadata_and_distance(
     )
     try:
         store.add_texts(["one text"], ids=["x"])
-        KeywordIndex.invalidate(store)
+        KeywordIndex.invalidate(ChromaKeywordSource(store))
         first = chroma_client.get_collection(name + "-cos").metadata[GENERATION_KEY]
-        KeywordIndex.invalidate(store)
+        KeywordIndex.invalidate(ChromaKeywordSource(store))
 
         collection = chroma_client.get_collection(name + "-cos")
         assert collection.metadata["owner"] == "docs team"
@@ -264,17 +265,17 @@ def test_one_index_per_collection_per_process(
         client=chroma_client,
     )
 
-    first = KeywordIndex.for_store(store, check_interval=3)
-    second = KeywordIndex.for_store(again, check_interval=0.5)
+    first = keyword_index(store, check_interval=3)
+    second = keyword_index(again, check_interval=0.5)
 
     assert first is second
     assert first.check_interval == 0.5  # the strictest caller wins
-    assert KeywordIndex.for_store(make_store()) is not first
+    assert keyword_index(make_store()) is not first
 
 
 def test_async_search_gives_the_same_answer(make_store: Callable[..., Chroma]) -> None:
     store = store_with(make_store, chunks([*FILLER, OPTION]))
-    index = KeywordIndex.for_store(store)
+    index = keyword_index(store)
 
     found = asyncio.run(index.asearch("retry adapter", k=3, where={"chunk_index": 8}))
 
@@ -284,11 +285,11 @@ def test_async_search_gives_the_same_answer(make_store: Callable[..., Chroma]) -
 
 def test_bad_arguments_are_named(make_store: Callable[..., Chroma]) -> None:
     with pytest.raises(ConfigurationError, match="check_interval must be a number"):
-        KeywordIndex.for_store(make_store(), check_interval=-1)
+        keyword_index(make_store(), check_interval=-1)
     with pytest.raises(ConfigurationError, match="check_interval must be finite"):
-        KeywordIndex.for_store(make_store(), check_interval=float("inf"))
+        keyword_index(make_store(), check_interval=float("inf"))
     with pytest.raises(ConfigurationError, match=r"vectorstore must be a langchain_chroma\.Chroma"):
-        KeywordIndex.for_store(object())
+        keyword_index(object())
 
 
 # ---- saved beside an embedded store ------------------------------------------------------
@@ -307,13 +308,13 @@ def test_a_saved_index_is_loaded_not_rebuilt_while_the_collection_is_unchanged(
 ) -> None:
     store = disk_store(tmp_path)
     store.add_documents(chunks([*FILLER, OPTION]), ids=[f"doc:{i}" for i in range(9)])
-    first = KeywordIndex.for_store(store)
+    first = keyword_index(store)
     expected = first.search("max_retries adapter", k=3)
     assert (first.builds, first.loads, reads.documents) == (1, 0, 1)
     assert (tmp_path / FOLDER / str(store._collection.id) / "state.json").is_file()
 
     KeywordIndex._shared.clear()  # as a new process would start
-    second = KeywordIndex.for_store(disk_store(tmp_path))
+    second = keyword_index(disk_store(tmp_path))
 
     assert second.search("max_retries adapter", k=3) == expected
     assert (second.builds, second.loads, reads.documents) == (0, 1, 1)  # not one more read
@@ -322,12 +323,12 @@ def test_a_saved_index_is_loaded_not_rebuilt_while_the_collection_is_unchanged(
 def test_a_saved_index_is_rebuilt_when_the_collection_changed(tmp_path: Path, reads: Reads) -> None:
     store = disk_store(tmp_path)
     store.add_documents(chunks(FILLER), ids=[f"doc:{i}" for i in range(8)])
-    KeywordIndex.for_store(store).search("adapter", k=3)
+    keyword_index(store).search("adapter", k=3)
     KeywordIndex._shared.clear()
 
     store.add_documents([Document(page_content=OPTION, id="doc:8")], ids=["doc:8"])
-    KeywordIndex.invalidate(store)
-    index = KeywordIndex.for_store(store)
+    KeywordIndex.invalidate(ChromaKeywordSource(store))
+    index = keyword_index(store)
 
     assert [i for i, _ in index.search("max_retries", k=3)] == ["doc:8"]
     assert (index.builds, index.loads, reads.documents) == (1, 0, 2)
@@ -338,12 +339,12 @@ def test_a_saved_index_is_rebuilt_when_the_collection_changed(tmp_path: Path, re
 def test_a_damaged_saved_index_is_rebuilt(tmp_path: Path) -> None:
     store = disk_store(tmp_path)
     store.add_documents(chunks([*FILLER, OPTION]), ids=[f"doc:{i}" for i in range(9)])
-    KeywordIndex.for_store(store).search("adapter", k=3)
+    keyword_index(store).search("adapter", k=3)
     KeywordIndex._shared.clear()
     saved = tmp_path / FOLDER / str(store._collection.id)
     (saved / "rows.json").write_text("{not json")
 
-    index = KeywordIndex.for_store(store)
+    index = keyword_index(store)
 
     assert [i for i, _ in index.search("max_retries", k=3)] == ["doc:8"]
     assert (index.builds, index.loads) == (1, 0)
@@ -360,7 +361,7 @@ def test_the_top_k_are_the_head_of_the_whole_ranking_ties_by_id(
         for i, text in enumerate(texts)
     ]
     store = store_with(make_store, documents)
-    index = KeywordIndex.for_store(store)
+    index = keyword_index(store)
     whole = index.search("apple", k=60)
     assert len(whole) == 60
     for k in (1, 3, 7, 20):
@@ -421,3 +422,62 @@ def test_dense_columns_score_exactly_as_bm25s_does() -> None:
         terms = model.get_tokens_ids(_tokenize([" ".join(rng.sample(words, len(words)))])[0])
         expected = model.get_scores_from_ids(terms)
         assert np.array_equal(_scores(snapshot, terms), expected)
+
+
+# ---- the protocol, implemented without Chroma -----------------------------------------------
+
+
+class ListSource:
+    """A ``KeywordSource`` over a dict of records: the index needs nothing else of a store."""
+
+    def __init__(self, records: dict[str, tuple[str, dict[str, Any]]]) -> None:
+        self.records = records
+        self.generation = 0
+        self.calls: list[str] = []
+
+    @property
+    def key(self) -> tuple[str, ...]:
+        return ("list", str(id(self)))
+
+    @property
+    def persist_directory(self) -> Path | None:
+        return None
+
+    def fingerprint(self) -> Fingerprint:
+        self.calls.append("fingerprint")
+        return Fingerprint("list", len(self.records), str(self.generation))
+
+    def bump_generation(self) -> None:
+        self.generation += 1
+
+    def pages(self, size: int) -> Iterator[tuple[list[str], list[str], list[Mapping[str, Any]]]]:
+        self.calls.append("pages")
+        ids = sorted(self.records)
+        for start in range(0, len(ids), size):
+            page = ids[start : start + size]
+            yield page, [self.records[i][0] for i in page], [self.records[i][1] for i in page]
+
+    def allowed_ids(
+        self, where: Mapping[str, Any] | None, where_document: Mapping[str, Any] | None, size: int
+    ) -> list[str]:
+        self.calls.append("allowed_ids")
+        needle = (where_document or {}).get("$contains", "")
+        return [i for i, (text, _) in self.records.items() if needle in text]
+
+
+def test_any_source_that_keeps_the_protocol_is_indexed() -> None:
+    records = {f"doc:{i}": (text, {"n": i}) for i, text in enumerate([*FILLER, OPTION])}
+    source = ListSource(records)
+    index = KeywordIndex.for_source(source)
+    index._clock = FakeClock()
+
+    assert [i for i, _ in index.search("max_retries", k=3)] == ["doc:8"]
+    assert [i for i, _ in index.search("requests", k=3, where={"n": {"$gte": 3}})] == ["doc:5"]
+    found = index.search("adapter", k=3, where_document={"$contains": "max_retries"})
+    assert [i for i, _ in found] == ["doc:8"]  # the source decides a document filter
+    assert source.calls == ["fingerprint", "pages", "fingerprint", "allowed_ids"]
+
+    records["doc:8"] = ("Set backoff_factor to wait longer.", {"n": 8})  # same count
+    assert index.search("backoff_factor", k=3) == []  # not told, no check due
+    KeywordIndex.invalidate(source)
+    assert [i for i, _ in index.search("backoff_factor", k=3)] == ["doc:8"]

@@ -18,6 +18,7 @@ from langchain_core.embeddings import DeterministicFakeEmbedding, Embeddings
 
 from tests.conftest import FakeClock
 from window_retriever import MemoryWindowStore, WindowSplitter, add_chunks, ingest, sync_file
+from window_retriever._chroma import ChromaKeywordSource, keyword_index
 from window_retriever._ingest import prune_missing, remove_file
 from window_retriever._keyword import KeywordIndex
 
@@ -30,7 +31,7 @@ pytestmark = pytest.mark.usefixtures("fresh_keyword_indexes")
 
 def frozen_index(store: Chroma) -> KeywordIndex:
     """The store's shared index, built now, whose clock never moves (no check falls due)."""
-    index = KeywordIndex.for_store(store, check_interval=60)
+    index = keyword_index(store, check_interval=60)
     index._clock = FakeClock()
     index.search(COMMON, k=1)
     return index
@@ -202,9 +203,9 @@ def test_each_operation_invalidates_once_and_only_when_it_wrote(
     calls: list[str] = []
     original = KeywordIndex.invalidate.__func__  # type: ignore[attr-defined]
 
-    def counted(cls: type[KeywordIndex], vectorstore: Any) -> None:
-        calls.append(vectorstore._collection.name)
-        original(cls, vectorstore)
+    def counted(cls: type[KeywordIndex], source: ChromaKeywordSource) -> None:
+        calls.append(source.name)
+        original(cls, source)
 
     monkeypatch.setattr(KeywordIndex, "invalidate", classmethod(counted))
     store = make_store()

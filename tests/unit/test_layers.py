@@ -67,7 +67,7 @@ RETRIEVER = ("_candidates", "_retriever", "_strategies")
 INGESTION = ("_ingest", "_pipeline", "ingestion")
 STORE_CLIENTS = {
     # the third-party packages only the store layer may import, and who imports them today
-    "chromadb": {"_chroma", "_chroma_errors", "_keyword", "_open"},
+    "chromadb": {"_chroma", "_chroma_errors", "_open"},
     "langchain_chroma": {"_open", "_stores"},
     "bm25s": {"_keyword"},
 }
