@@ -383,7 +383,7 @@ def test_a_filter_that_passes_few_chunks_widens_the_walk_band_by_band(
         for i, text in enumerate(texts)
     ]
     store = store_with(make_store, documents)
-    index = KeywordIndex.for_store(store)
+    index = keyword_index(store)
     whole = index.search("apple", k=400)
     rare = set(store.get(where={"tenant": "rare"})["ids"])
     allowed = [hit for hit in whole if hit[0] in rare]
