@@ -412,6 +412,18 @@ class ChromaKeywordSource:
         return allowed
 
 
+def invalidate_keywords(vectorstore: Any) -> None:
+    """Tell every process's keyword index of this store's collection that it was written to.
+
+    For a writer outside the library (a bare ``add_documents``, ``delete`` or
+    ``collection.update``): call it once after writing. The library's own writes do it
+    themselves (:meth:`ChromaWindowStore.written`).
+    """
+    from window_retriever._keyword import KeywordIndex
+
+    KeywordIndex.invalidate(ChromaKeywordSource(vectorstore))
+
+
 def keyword_index(vectorstore: Any, *, check_interval: float | None = None) -> KeywordIndex:
     """The process's shared keyword index of a ``langchain_chroma.Chroma`` store's collection.
 

@@ -20,7 +20,7 @@ from langchain_core.embeddings import DeterministicFakeEmbedding
 
 from tests.conftest import FakeClock
 from window_retriever import ConfigurationError
-from window_retriever._chroma import ChromaKeywordSource, keyword_index
+from window_retriever._chroma import ChromaKeywordSource, invalidate_keywords, keyword_index
 from window_retriever._keyword import FOLDER, GENERATION_KEY, Fingerprint, KeywordIndex
 
 FILLER = [
@@ -205,7 +205,7 @@ def test_an_in_place_rewrite_is_seen_through_invalidate(
     rewritten = "Set backoff_factor to wait longer between retries."
     store.add_documents([Document(page_content=rewritten, id="doc:8")], ids=["doc:8"])
     assert index.search("backoff_factor", k=3) == []  # same count, not yet told
-    KeywordIndex.invalidate(ChromaKeywordSource(store))
+    invalidate_keywords(store)  # what docs/scaling.md tells an outside writer to call
 
     assert [i for i, _ in index.search("backoff_factor", k=3)] == ["doc:8"]
     assert index.search("max_retries", k=3) == []
