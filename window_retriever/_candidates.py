@@ -111,15 +111,12 @@ class VectorSearch(CandidateSource):
         found = yield _search(query, k, params, measured=embeddings)
         pairs = found.pairs()
         hits, chunks = read_hits(pairs, strict=params.strict)
-        if not embeddings:
-            return Pool(hits, chunks, fetched=set(chunks), returned=len(pairs))
-        vectors = _vectors(found)
         return Pool(
             hits,
             chunks,
             fetched=set(chunks),
-            vectors=vectors,
-            query_embedding=found.query_embedding,
+            vectors=_vectors(found),  # none unless measured (and then only for diversity)
+            query_embedding=found.query_embedding,  # None unless measured
             space=found.space,
             returned=len(pairs),
         )

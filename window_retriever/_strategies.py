@@ -308,16 +308,12 @@ def relevance(pool: Pool) -> dict[str, float]:
     of the hit at its rank in the vector order, so the fused ranking decides which hits are
     best while neighbours are still measured against hits on the vector scale.
     """
+    values = {h.chunk.id: -h.distance for h in pool.hits if math.isfinite(h.distance)}
     ids = [*(c.id for c in pool.chunks.values()), *(h.chunk.id for h in pool.hits)]
-    values = {
-        chunk_id: -distance
-        for chunk_id, distance in to_query(
-            pool.query_embedding, pool.space, pool.vectors, ids
-        ).items()
-    }
-    for hit in pool.hits:
-        if math.isfinite(hit.distance):
-            values[hit.chunk.id] = -hit.distance
+    measured = to_query(
+        pool.query_embedding, pool.space, pool.vectors, (i for i in ids if i not in values)
+    )
+    values |= {chunk_id: -distance for chunk_id, distance in measured.items()}
     if pool.fused:
         ranked = sorted(
             (values[h.chunk.id] for h in pool.hits if h.chunk.id in values), reverse=True
