@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
 import subprocess
 import sys
 import tempfile
+import textwrap
 import threading
 import time
 import uuid
@@ -25,6 +27,25 @@ from window_retriever import WindowSplitter, add_chunks, default_embeddings
 from window_retriever._loaders import LoadOptions, load_file
 
 PAGES = Path(__file__).parents[2] / "window_retriever" / "_data" / "pages"
+
+
+def run_script(script: str, config: dict[str, Any]) -> Any:
+    """Run ``script`` in a new Python process, ``config`` its one argument (as JSON).
+
+    Returns its last line of output, read as JSON (``None`` when it printed nothing); a
+    process that fails fails the test with its error output.
+    """
+    done = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(script), json.dumps(config)],
+        cwd=Path(__file__).parents[2],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = done.stdout.strip().splitlines()
+    return json.loads(lines[-1]) if lines else None
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -7,9 +7,6 @@ clock, which the test moves.
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -21,13 +18,12 @@ from langchain_chroma import Chroma
 from langchain_core.documents import Document
 from langchain_core.embeddings import DeterministicFakeEmbedding
 
-from tests.integration.conftest import unique
+from tests.integration.conftest import run_script, unique
 from window_retriever._chroma import keyword_index
 from window_retriever._keyword import KeywordIndex
 
 pytestmark = pytest.mark.integration
 
-ROOT = Path(__file__).parents[2]
 FILLER = [
     "Connections are pooled and reused between requests to the same host.",
     "The client follows redirects unless told otherwise.",
@@ -59,17 +55,7 @@ store = Chroma(
 
 def run(script: str, config: dict[str, Any]) -> Any:
     """Run ``script`` after :data:`OPEN` in a new Python process; its last line, as JSON."""
-    done = subprocess.run(
-        [sys.executable, "-c", OPEN + textwrap.dedent(script), json.dumps(config)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    lines = done.stdout.strip().splitlines()
-    return json.loads(lines[-1]) if lines else None
+    return run_script(OPEN + textwrap.dedent(script), config)
 
 
 class FakeClock:

@@ -6,11 +6,9 @@ out its ``check_interval`` (the documented staleness bound) and must see every c
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
-import textwrap
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,7 +20,7 @@ import pytest
 from langchain_chroma import Chroma
 from langchain_core.embeddings import DeterministicFakeEmbedding
 
-from tests.integration.conftest import unique
+from tests.integration.conftest import run_script, unique
 from window_retriever import ingest, open_store
 from window_retriever._chroma import keyword_index
 from window_retriever._keyword import GENERATION_KEY, KeywordIndex
@@ -134,16 +132,7 @@ print(json.dumps({"space": space, "after": ChromaWindowStore(store).space(),
 
 
 def reopen(config: dict[str, Any]) -> Any:
-    done = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(REOPEN), json.dumps(config)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return run_script(REOPEN, config)
 
 
 @pytest.mark.parametrize("where", ["embedded", "server"])
