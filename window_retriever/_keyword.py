@@ -76,6 +76,7 @@ import contextlib
 import functools
 import logging
 import math
+import re
 import shutil
 import threading
 import time
@@ -337,7 +338,7 @@ class KeywordIndex:
         snapshot = self._current()
         if snapshot.model is None:
             return []
-        terms = snapshot.model.get_tokens_ids(_tokenize([query])[0])
+        terms = snapshot.model.get_tokens_ids(_query_words(query))
         if not terms:
             return []
         scores = _scores(snapshot, terms)
@@ -571,6 +572,35 @@ def _tokenize(texts: Sequence[str]) -> list[list[str]]:
         show_progress=False,
     )
     return tokens
+
+
+def _query_words(query: str) -> list[str]:
+    """``_tokenize([query])[0]``, without ``bm25s.tokenize``'s per-call cost.
+
+    The same steps in the same order (lower-case, the pattern's words, stop words out,
+    Snowball stems): half of a keyword search's time at 20k chunks went to ``bm25s``'s
+    vocabulary bookkeeping and progress bars for a one-line text.
+    """
+    import Stemmer
+
+    if _stemmers.stemmer is None:
+        _stemmers.stemmer = Stemmer.Stemmer(_TOKENIZER["stemmer"])
+    stop = _stopwords()
+    words = [word for word in _words(query.lower()) if word not in stop]
+    stems: list[str] = _stemmers.stemmer.stemWords(words)
+    return stems
+
+
+_words = re.compile(str(_TOKENIZER["pattern"])).findall
+
+
+@functools.cache
+def _stopwords() -> frozenset[str]:
+    """The stop words ``bm25s.tokenize`` drops for ``_TOKENIZER["stopwords"]``."""
+    from bm25s.tokenization import _infer_stopwords
+
+    _bm25s()  # imported quietly
+    return frozenset(_infer_stopwords(str(_TOKENIZER["stopwords"])))
 
 
 def _index(

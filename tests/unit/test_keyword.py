@@ -13,6 +13,8 @@ from typing import Any
 
 import chromadb
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from chromadb.api.models.Collection import Collection
 from langchain_chroma import Chroma
 from langchain_core.documents import Document
@@ -428,6 +430,24 @@ def test_dense_columns_score_exactly_as_bm25s_does() -> None:
         terms = model.get_tokens_ids(_tokenize([" ".join(rng.sample(words, len(words)))])[0])
         expected = model.get_scores_from_ids(terms)
         assert np.array_equal(_scores(snapshot, terms), expected)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.one_of(
+            st.sampled_from(["The", "and", "Windows", "running", "ran", "a", "x", "I'm", "can't"]),
+            st.text(alphabet="abcXYZ é_-'.,0129\t\n", max_size=12),
+        ),
+        max_size=12,
+    )
+)
+def test_a_query_is_tokenised_as_bm25s_tokenises_it(parts: list[str]) -> None:
+    """The query's own tokenizer gives ``bm25s.tokenize``'s words, in order, repeats kept."""
+    from window_retriever._keyword import _query_words, _tokenize
+
+    query = " ".join(parts)
+    assert _query_words(query) == _tokenize([query])[0]
 
 
 # ---- the protocol, implemented without Chroma -----------------------------------------------
