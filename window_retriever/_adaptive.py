@@ -80,6 +80,8 @@ def plan_adaptive_fetch(
     length_function: LengthFunction,
     window_budget: int | None = None,
     measure: Measure | None = None,
+    typical: tuple[int, int] | None = None,
+    read: bool = True,
 ) -> list[Position]:
     """Return the neighbour positions that adaptive selection may take, in one batch.
 
@@ -91,21 +93,29 @@ def plan_adaptive_fetch(
     shortest hit (neighbours are chunks like the hits; the quarter allows for shorter ones and
     for the overlap a join trims), and a chunk between two such reaches, which would join two
     windows into one, is planned too.
+
+    Hits not read yet (known by id, text empty) are planned at the read hits' shortest
+    length; when none is read, at ``typical``, a short and a median length of chunks read
+    before (without it, at 1: the widest plan). With
+    ``read=False`` no hit is read yet: the plan then holds every hit too (a short hit far
+    down the ranking may still fill what the budget has left at the end).
     """
     measure = measure or Measure(length_function)
     windowable = [hit for hit in hits if hit.chunk.position is not None]
     if not windowable:
         return []
-    # hits not read yet (known by id, text empty) are planned at the others' typical length
-    lengths = sorted(measure.text(hit.chunk) for hit in windowable if hit.chunk.text) or [1]
-    typical = max(1, lengths[len(lengths) // 2])
-    fits = max(1, total_budget // typical)
+    lengths = sorted(measure.text(hit.chunk) for hit in windowable if hit.chunk.text)
+    lengths = lengths or sorted(max(1, length) for length in typical or (1,))
+    middle = max(1, lengths[len(lengths) // 2])
+    fits = max(1, total_budget // middle)
     reach = min(_MAX_REACH, fits - 1)
-    if reach <= 0:
-        return []
-    shortest = max(1, lengths[0] * 3 // 4)  # what a neighbour may add, at least (see above)
-    known = {hit.chunk.position for hit in windowable}
+    known = {hit.chunk.position for hit in windowable} if read else set()
     planned: dict[Position, None] = {}
+    if not read:
+        planned |= {hit.chunk.position: None for hit in windowable}  # type: ignore[misc]
+    if reach <= 0:
+        return list(planned)
+    shortest = max(1, lengths[0] * 3 // 4)  # what a neighbour may add, at least (see above)
     edges: set[tuple[Position, int]] = set()  # one past each hit's reach, and its side
     for hit in windowable[: fits + 2]:
         file_id, index = hit.chunk.position  # type: ignore[misc]

@@ -77,6 +77,50 @@ class Pool:
         self.unread = {}
 
 
+SURVEY_WIDTH = 100
+"""How many chunks' distances a survey reads (ids and distances only, Chroma's cheapest
+search): adaptive selection measures a neighbour among them by its distance, and any other at
+the farthest of them. At 100 the two dev sets' windows are unchanged to three decimals (at 20,
+coverage fell by up to 0.023); see docs/how-it-works.md."""
+
+
+@dataclass
+class Survey:
+    """A lean search for adaptive selection: hits known by id, and a wider pool's distances.
+
+    No text, metadata or vector comes back; each hit's position is read from its id
+    (``file_id:chunk_index``), and the strategy reads the hits it can use, with their
+    neighbours, in one fetch.
+    """
+
+    hits: list[Hit]
+    """The candidates, best first (fused order for hybrid), text empty, each with its vector
+    distance (``bound`` for a keyword hit beyond the pool)."""
+    distances: dict[str, float]
+    """The vector distance of every chunk in the pool, by id."""
+    bound: float
+    """The farthest distance in the pool: every chunk outside it is at least this far (the
+    approximate index aside), and is measured at it."""
+    fused: bool = False
+
+    def distance(self, chunk_id: str) -> float:
+        """A chunk's distance to the query: its own in the pool, else the pool's bound."""
+        return self.distances.get(chunk_id, self.bound)
+
+
+def _survey_of(found: Sequence[tuple[str, float]]) -> tuple[dict[str, float], float]:
+    distances: dict[str, float] = {}
+    for chunk_id, distance in found:
+        distances.setdefault(chunk_id, float(distance))
+    return distances, max(distances.values(), default=math.inf)
+
+
+def _nothing() -> Flow:
+    """A flow that asks nothing and returns ``None``."""
+    yield from ()
+    return None
+
+
 class CandidateSource(ABC):
     """Finds the hits that windows grow from."""
 
@@ -95,6 +139,17 @@ class CandidateSource(ABC):
         :meth:`Pool.settle`.
         """
 
+    surveys = False
+    """The source can :meth:`survey` (its store searches ids alone)."""
+
+    def survey(self, query: str, k: int, params: Params) -> Flow:
+        """Yield store requests; return a :class:`Survey` of at most ``k`` hits, or ``None``.
+
+        ``None`` when a hit's id does not name its position (the caller then uses
+        :meth:`find`). Only asked of a source whose ``surveys`` is true.
+        """
+        return _nothing()
+
 
 class VectorSearch(CandidateSource):
     """The store's similarity search: hits scored by distance (lower is better).
@@ -104,6 +159,16 @@ class VectorSearch(CandidateSource):
 
     def __init__(self, *, locates: bool = False) -> None:
         self.locates = locates
+        self.surveys = locates
+
+    def survey(self, query: str, k: int, params: Params) -> Flow:
+        width = max(k, SURVEY_WIDTH)
+        found = yield SearchIds(query, width, params.filter, params.where_document)
+        hits = located(found)
+        if hits is None:
+            return None
+        distances, bound = _survey_of(found)
+        return Survey(hits[:k], distances, bound)
 
     def find(
         self, query: str, k: int, params: Params, *, embeddings: bool, defer: bool = False
@@ -183,9 +248,35 @@ class HybridSearch(CandidateSource):
         self,
         keyword: Callable[[str, int, Params], Call],
         weights: Mapping[str, float] = DEFAULT_WEIGHTS,
+        *,
+        locates: bool = False,
     ) -> None:
         self.keyword = keyword
         self.weights = weights
+        self.surveys = locates
+
+    def survey(self, query: str, k: int, params: Params) -> Flow:
+        """The vector leg as ids and distances of a wider pool; its first ``k`` are fused."""
+        width = max(k, SURVEY_WIDTH)
+        found = yield SearchIds(query, width, params.filter, params.where_document)
+        keyword: list[tuple[str, float]] = yield self.keyword(query, k, params)
+        distances, bound = _survey_of(found)
+        vector = list(dict.fromkeys(chunk_id for chunk_id, _ in found))[:k]
+        fused = fuse(
+            {"vector": vector, "keyword": [chunk_id for chunk_id, _ in keyword]}, self.weights
+        )[:k]
+        positions = _positions([item.id for item in fused])
+        if positions is None:
+            return None
+        hits = [
+            Hit(
+                _unread(item.id, positions[item.id]).chunk,
+                distances.get(item.id, bound),
+                item.ranks,
+            )
+            for item in fused
+        ]
+        return Survey(hits, distances, bound, fused=True)
 
     def find(
         self, query: str, k: int, params: Params, *, embeddings: bool, defer: bool = False
@@ -382,11 +473,12 @@ class TypicalLength:
     different result.
     """
 
-    __slots__ = ("_median", "_recent")
+    __slots__ = ("_median", "_recent", "_short")
 
     def __init__(self) -> None:
         self._recent: deque[int] = deque(maxlen=256)
         self._median: int | None = None
+        self._short = 1
 
     def typical(self) -> int | None:
         return self._median
@@ -396,6 +488,10 @@ class TypicalLength:
         self._median = None
         self._recent = deque(maxlen=0)
 
+    @property
+    def disabled(self) -> bool:
+        return self._recent.maxlen == 0
+
     def learn(self, measure: Measure, chunks: Iterable[Chunk]) -> None:
         self.learn_from(measure.text(chunk) for chunk in itertools.islice(chunks, 8))
 
@@ -403,6 +499,11 @@ class TypicalLength:
         self._recent.extend(lengths)
         if self._recent:
             self._median = max(1, int(statistics.median_low(self._recent)))
+            self._short = max(1, sorted(self._recent)[len(self._recent) // 10])
+
+    def spread(self) -> tuple[int, int] | None:
+        """A short length (the 10th percentile) and the median, of recently read chunks."""
+        return None if self._median is None else (self._short, self._median)
 
 
 def _positions(ids: Sequence[str]) -> dict[str, Position] | None:

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import replace
 
 from window_retriever._adaptive import plan_adaptive_fetch, select_adaptive
 from window_retriever._candidates import (
@@ -23,6 +24,7 @@ from window_retriever._candidates import (
     Flow,
     Neighbours,
     Pool,
+    Survey,
     TypicalLength,
     VectorSearch,
     above_floor,
@@ -62,7 +64,7 @@ def strategy_for(params: Params, lengths: TypicalLength) -> Strategy:
     """The strategy the options ask for."""
     if params.total_budget is None:
         return StaticWindows(lengths)
-    return Adaptive() if params.adaptive else BudgetedStatic()
+    return Adaptive(lengths) if params.adaptive else BudgetedStatic()
 
 
 class _Budgeted(Strategy):
@@ -128,9 +130,74 @@ class BudgetedStatic(_Budgeted):
 
 
 class Adaptive(_Budgeted):
-    """Hits and neighbours compete for the budget by their relevance to the query."""
+    """Hits and neighbours compete for the budget by their relevance to the query.
+
+    Where the source can :meth:`~CandidateSource.survey` (a store that searches ids alone,
+    ids that name positions) and ``diversity`` is off, the search returns ids and distances
+    only, of a pool wider than the hits, and one fetch reads the hits that can be chosen with
+    the neighbours they can grow to: texts and metadata, no vectors. A chunk is measured by
+    its distance in the pool, or at the pool's farthest distance when it is not among them
+    (:class:`~window_retriever._candidates.Survey`). Otherwise each neighbour is measured by
+    its stored vector, read with the fetch.
+    """
 
     embeddings = True
+
+    def __init__(self, lengths: TypicalLength | None = None) -> None:
+        self.lengths = lengths or TypicalLength()
+
+    def run(self, query: str, params: Params, source: CandidateSource) -> Flow:
+        if params.diversity > 0 or not source.surveys or self.lengths.disabled:
+            return (yield from super().run(query, params, source))
+        survey = yield from source.survey(query, params.fetch_k, params)
+        if survey is None:  # ids that do not name positions: the usual search, from now on
+            self.lengths.disable()
+            return (yield from super().run(query, params, source))
+        return (yield from self._surveyed(survey, params))
+
+    def _surveyed(self, survey: Survey, params: Params) -> Flow:
+        """Read the hits that can be chosen with their neighbours, in one fetch; select."""
+        total = params.total_budget
+        assert total is not None  # noqa: S101 - strategy_for checked
+        measure = Measure(params.length_function)
+        hits = above_floor(survey.hits, params.floor)  # the floor over every candidate
+        planned = plan_adaptive_fetch(
+            hits,
+            total_budget=total,
+            mode=params.mode,
+            length_function=params.length_function,
+            window_budget=params.window_budget,
+            measure=measure,
+            typical=self.lengths.spread(),
+            read=False,
+        )
+        pool = Pool([], {}, fused=survey.fused)
+        yield from Neighbours(params).fetch(pool, planned)
+        self.lengths.learn(measure, pool.chunks.values())
+        pool.hits = [
+            replace(hit, chunk=chunk)
+            for hit in hits
+            if (chunk := pool.chunks.get(hit.chunk.position)) is not None  # type: ignore[arg-type]
+            and chunk.id == hit.chunk.id
+        ]
+        values = {hit.chunk.id: -hit.distance for hit in pool.hits}
+        for chunk in pool.chunks.values():
+            values.setdefault(chunk.id, -survey.distance(chunk.id))
+        windows, over = select_adaptive(
+            pool.hits,
+            pool.chunks,
+            _fused_order(values, pool.hits) if pool.fused else values,
+            k=params.k,
+            total_budget=total,
+            window_budget=params.window_budget,
+            mode=params.mode,
+            length_function=params.length_function,
+            coherence=params.coherence,
+            measure=measure,
+        )
+        if not over:
+            windows = fit_total(windows, total, params.length_function)
+        return once([to_document(window, over_budget=over) for window in windows])
 
     def plan(self, pool: Pool, params: Params, measure: Measure) -> list[Position]:
         return plan_adaptive_fetch(
@@ -314,13 +381,15 @@ def relevance(pool: Pool) -> dict[str, float]:
         pool.query_embedding, pool.space, pool.vectors, (i for i in ids if i not in values)
     )
     values |= {chunk_id: -distance for chunk_id, distance in measured.items()}
-    if pool.fused:
-        ranked = sorted(
-            (values[h.chunk.id] for h in pool.hits if h.chunk.id in values), reverse=True
-        )
-        for hit, value in zip(pool.hits, ranked, strict=False):
-            if hit.chunk.id in values:
-                values[hit.chunk.id] = max(values[hit.chunk.id], value)
+    return _fused_order(values, pool.hits) if pool.fused else values
+
+
+def _fused_order(values: dict[str, float], hits: Sequence[Hit]) -> dict[str, float]:
+    """Fused hits keep their order: each takes at least the value at its rank (see above)."""
+    ranked = sorted((values[h.chunk.id] for h in hits if h.chunk.id in values), reverse=True)
+    for hit, value in zip(hits, ranked, strict=False):
+        if hit.chunk.id in values:
+            values[hit.chunk.id] = max(values[hit.chunk.id], value)
     return values
 
 

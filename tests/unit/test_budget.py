@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import math
 import random
 from collections.abc import Callable
@@ -14,6 +15,7 @@ from langchain_core.documents import Document
 from langchain_core.embeddings import Embeddings
 from langchain_text_splitters import RecursiveCharacterTextSplitter
 
+import window_retriever._strategies
 from tests.conftest import StoreSpy
 from window_retriever import (
     ConfigurationError,
@@ -25,6 +27,7 @@ from window_retriever import (
     WindowStore,
     add_chunks,
 )
+from window_retriever._candidates import SURVEY_WIDTH
 from window_retriever._stores import execute, store_adapter
 
 SPEAKERS = ("Caroline", "Melanie")
@@ -126,13 +129,13 @@ def test_one_search_one_fetch_and_never_over_budget_where_hits_merge(
 
 
 @pytest.mark.parametrize("candidates", ["vector", "hybrid"])
-def test_adaptive_reads_vectors_only_of_chunks_it_must_measure(
+def test_adaptive_reads_no_vector_unless_diversity_compares_chunks(
     conversations: tuple[Chroma, list[Document]],
     spy_on: Callable[[Chroma], StoreSpy],
     candidates: str,
 ) -> None:
-    """The search brings no hit's vector (its distance measures it), the one fetch brings the
-    neighbours' vectors, and only diversity (which compares chunks) asks for the hits'."""
+    """The search asks for ids and distances of a wider pool, the one fetch for texts and
+    metadata: no vector on the wire. Only diversity (which compares chunks) reads vectors."""
     store, _ = conversations
     spy = spy_on(store)
     for diversity in (0.0, 0.5):
@@ -143,10 +146,139 @@ def test_adaptive_reads_vectors_only_of_chunks_it_must_measure(
         spy.reset()
         docs = retriever.invoke(f"what about {TOPICS[2]}?")
         assert docs
+        assert spy.calls == {"query": 1, "get": 1}
         (search,) = [kwargs for name, kwargs, _ in spy.log if name == "query"]
-        assert ("embeddings" in search["include"]) == (diversity > 0), diversity
         (fetch,) = [kwargs for name, kwargs, _ in spy.log if name == "get"]
-        assert "embeddings" in fetch["include"]
+        if diversity == 0:
+            assert search["include"] == ["distances"]
+            assert search["n_results"] == SURVEY_WIDTH
+            assert "embeddings" not in fetch["include"]
+        else:
+            assert "embeddings" in search["include"] and "embeddings" in fetch["include"]
+
+
+class ModernStore(WindowStore):
+    """A custom store that searches and fetches (with vectors) but cannot search ids alone:
+    adaptive selection then measures every neighbour by its stored vector."""
+
+    supports_embeddings: ClassVar[bool] = True
+    supports_query_embedding: ClassVar[bool] = True
+
+    def __init__(self, store: Chroma) -> None:
+        self.inner = store_adapter(store)
+        self.searches: list[Search] = []
+
+    def search(self, request: Search) -> Found:
+        self.searches.append(request)
+        return execute(self.inner, request)
+
+    def fetch(self, request: Fetch) -> Found:
+        return execute(self.inner, request)
+
+    supports_keyword_search: ClassVar[bool] = True
+
+    def keyword_search(
+        self, query: str, k: int, where: Any, where_document: Any
+    ) -> list[tuple[str, float]]:
+        return self.inner.keyword_search(query, k, where, where_document)
+
+
+class TieFreeEmbeddings(KeywordEmbeddings):
+    """Topic words plus a little noise drawn from the text: no two chunks at one distance, so
+    searches of any width rank them alike."""
+
+    def embed_query(self, text: str) -> list[float]:
+        noise = random.Random(hashlib.sha256(text.encode()).digest())
+        vector = [
+            *super().embed_query(text),
+            *(0.15 * noise.random() for _ in range(4)),
+        ]
+        norm = math.sqrt(sum(v * v for v in vector))
+        return [v / norm for v in vector]
+
+
+@pytest.mark.parametrize("candidates", ["vector", "hybrid"])
+@pytest.mark.parametrize("mode", ["both", "next"])
+@pytest.mark.parametrize(("total", "window_budget"), [(300, 1200), (800, 300), (2000, 1200)])
+def test_a_survey_holding_every_chunk_gives_the_windows_vectors_give(
+    chroma_client: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    candidates: str,
+    mode: str,
+    total: int,
+    window_budget: int,
+) -> None:
+    """With a pool as wide as the store, every chunk is measured by its own distance: the
+    survey's windows are then exactly those of a store whose neighbours are measured by their
+    vectors (so the plan fetched every hit and neighbour the selection could take)."""
+    store = Chroma(  # an exhaustive search, so a search of any width ranks chunks alike
+        collection_name=f"survey-{candidates}-{mode}-{total}-{window_budget}",
+        embedding_function=TieFreeEmbeddings(),
+        client=chroma_client,
+        collection_metadata={"hnsw:search_ef": 1000},
+    )
+    documents = [  # no two chunks alike (turns of one number and topic are in each conversation)
+        Document(
+            page_content=turns(80, seed).replace(" turn ", f" conversation {seed}, turn "),
+            metadata={"source": f"conv-{seed}"},
+        )
+        for seed in range(3)
+    ]
+    chunks = split(documents)
+    add_chunks(store, chunks)
+    monkeypatch.setattr("window_retriever._candidates.SURVEY_WIDTH", len(chunks))
+    options: dict[str, Any] = {
+        "total_budget": total,
+        "window_budget": window_budget,
+        "mode": mode,
+        "candidates": candidates,
+    }
+    surveyed = ContextWindowRetriever(vectorstore=store, **options)
+    measured = ContextWindowRetriever(vectorstore=ModernStore(store), **options)
+    surveyed.invoke("warm: learn the typical chunk length")
+    for question in [*TOPICS, "camping and guitar", "pottery in the garden library"]:
+        got = surveyed.invoke(question)
+        want = measured.invoke(question)
+        assert [d.metadata["chunk_ids"] for d in got] == [d.metadata["chunk_ids"] for d in want]
+        assert [d.metadata["hit_chunk_ids"] for d in got] == [
+            d.metadata["hit_chunk_ids"] for d in want
+        ], question
+    chroma_client.delete_collection(store._collection.name)
+
+
+def test_a_chunk_outside_the_survey_is_measured_at_its_farthest_distance(
+    conversations: tuple[Chroma, list[Document]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Pool chunks keep their own distance; any other is measured at the pool's farthest."""
+    store, _ = conversations
+    monkeypatch.setattr("window_retriever._candidates.SURVEY_WIDTH", 12)
+    seen: list[tuple[list[Any], dict[str, Any], dict[str, float]]] = []
+    select = window_retriever._strategies.select_adaptive
+
+    def spy(hits: Any, pooled: Any, relevance: Any, **options: Any) -> Any:
+        seen.append((hits, pooled, dict(relevance)))
+        return select(hits, pooled, relevance, **options)
+
+    monkeypatch.setattr("window_retriever._strategies.select_adaptive", spy)
+    retriever = ContextWindowRetriever(
+        vectorstore=store, total_budget=1500, candidates="vector", k=4, fetch_k=4
+    )
+    retriever.invoke("camping")
+    ((hits, pooled, relevance),) = seen
+    pool = dict(
+        store._collection.query(
+            query_embeddings=[KeywordEmbeddings().embed_query("camping")],
+            n_results=12,
+            include=["distances"],
+        ).items()
+    )
+    distances = dict(zip(pool["ids"][0], pool["distances"][0], strict=True))
+    bound = max(distances.values())
+    outside = [chunk.id for chunk in pooled.values() if chunk.id not in distances]
+    assert outside  # the plan reached past the pool: the bound was really used
+    for chunk in pooled.values():
+        assert relevance[chunk.id] == pytest.approx(-distances.get(chunk.id, bound))
+    assert len(hits) == 4
 
 
 def test_adaptive_grows_toward_relevant_neighbours_and_static_grows_blindly(
@@ -391,13 +523,15 @@ def test_a_store_that_predates_query_embedding_is_asked_for_embeddings(
     store, _ = conversations
     older = OlderStore(store)
     question = f"what about {TOPICS[1]}?"
-    expected = ContextWindowRetriever(vectorstore=store, total_budget=800, candidates="vector")
+    modern = ModernStore(store)  # the same path (vectors measure neighbours), asked the new way
+    expected = ContextWindowRetriever(vectorstore=modern, total_budget=800, candidates="vector")
     retriever = ContextWindowRetriever(vectorstore=older, total_budget=800, candidates="vector")
     docs = retriever.invoke(question)
     assert all(request.embeddings for request in older.searches)  # the query's vector came too
     assert [d.metadata["chunk_ids"] for d in docs] == [
         d.metadata["chunk_ids"] for d in expected.invoke(question)
     ]
+    assert not any(request.embeddings for request in modern.searches)
 
 
 # ---- bad input, one clear error ------------------------------------------------------------------
