@@ -13,9 +13,9 @@ from typing import Any
 
 import chromadb
 import pytest
+from chromadb.api.models.Collection import Collection
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from chromadb.api.models.Collection import Collection
 from langchain_chroma import Chroma
 from langchain_core.documents import Document
 from langchain_core.embeddings import DeterministicFakeEmbedding
