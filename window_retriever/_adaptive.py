@@ -4,8 +4,9 @@ Plain data in, plain data out, no I/O and no LangChain, like ``_windows``.
 
 Every chunk that could be returned (the search hits and the fetched neighbours that passed the
 caller's filter) carries a *relevance* (higher is better): minus its distance to the query in
-the store's own space: a hit's as the search measured it, a neighbour's computed from the
-embedding the store already holds. Selection is
+the store's own space: a hit's as the search measured it, a neighbour's as a wider search
+measured it (or, beyond that pool, the pool's farthest distance), or computed from the
+embedding the store holds (see ``_strategies.Adaptive``). Selection is
 greedy over one shared budget. At each step the candidates are
 
 - an unused hit, which would open a new window (or join the window it touches), worth its own
@@ -85,28 +86,32 @@ def plan_adaptive_fetch(
 ) -> list[Position]:
     """Return the neighbour positions that adaptive selection may take, in one batch.
 
-    The budget holds about ``n = total_budget / typical chunk length`` chunks. Only the first
-    ``n + 2`` hits can be chosen (hits are taken in order of relevance, and each costs at
-    least one chunk), and no window grows more than ``min(n - 1, 4)`` chunks on one side.
-    Nor does a window grow past ``window_budget`` (only a merge may): a hit of length ``L``
-    reaches ``(window_budget - L) / s`` chunks on one side, ``s`` three quarters of the
-    shortest hit (neighbours are chunks like the hits; the quarter allows for shorter ones and
-    for the overlap a join trims), and a chunk between two such reaches, which would join two
-    windows into one, is planned too.
+    The budget holds about ``n = total_budget / typical chunk length`` chunks (the hits'
+    median length). Only the first ``n + 2`` hits can be chosen (hits are taken in order of
+    relevance, and each costs at least one chunk), and no window grows more than
+    ``min(n - 1, 4)`` chunks on one side. Nor does a window grow past ``window_budget`` (only
+    a merge may): a hit of length ``L`` reaches ``(window_budget - L) / s`` chunks on one
+    side, ``s`` three quarters of the hits' lower-quartile length (neighbours are chunks like
+    the hits; the quarter allows for shorter ones and for the overlap a join trims; a single
+    short hit, such as a file's last chunk, does not widen every hit's reach), and a chunk
+    between two such reaches, which would join two windows into one, is planned too.
 
-    Hits not read yet (known by id, text empty) are planned at the read hits' shortest
-    length; when none is read, at ``typical``, a short and a median length of chunks read
-    before (without it, at 1: the widest plan). With
-    ``read=False`` no hit is read yet: the plan then holds every hit too (a short hit far
-    down the ranking may still fill what the budget has left at the end).
+    Hits not read yet (known by id, text empty) are planned at the read hits' lower-quartile
+    length. With ``read=False`` no hit is read yet: the plan then holds every hit (a short
+    hit far down the ranking may still fill what the budget has left at the end), and is
+    made with ``typical``, a short and a median length to plan by, or at length 1 without it
+    (the widest plan).
     """
     measure = measure or Measure(length_function)
     windowable = [hit for hit in hits if hit.chunk.position is not None]
     if not windowable:
         return []
     lengths = sorted(measure.text(hit.chunk) for hit in windowable if hit.chunk.text)
-    lengths = lengths or sorted(max(1, length) for length in typical or (1,))
-    middle = max(1, lengths[len(lengths) // 2])
+    if read:
+        short = max(1, lengths[len(lengths) // 4]) if lengths else 1
+        middle = max(1, lengths[len(lengths) // 2]) if lengths else 1
+    else:
+        short, middle = (max(1, length) for length in typical or (1, 1))
     fits = max(1, total_budget // middle)
     reach = min(_MAX_REACH, fits - 1)
     known = {hit.chunk.position for hit in windowable} if read else set()
@@ -115,15 +120,15 @@ def plan_adaptive_fetch(
         planned |= {hit.chunk.position: None for hit in windowable}  # type: ignore[misc]
     if reach <= 0:
         return list(planned)
-    shortest = max(1, lengths[0] * 3 // 4)  # what a neighbour may add, at least (see above)
+    step_length = max(1, short * 3 // 4)  # what a neighbour may add, at least (see above)
     edges: set[tuple[Position, int]] = set()  # one past each hit's reach, and its side
     for hit in windowable[: fits + 2]:
         file_id, index = hit.chunk.position  # type: ignore[misc]
         own = reach
         if window_budget is not None:
-            length = measure.text(hit.chunk) if hit.chunk.text else lengths[0]  # not read yet
+            length = measure.text(hit.chunk) if hit.chunk.text else short  # not read yet
             room = window_budget - length  # any neighbour at all may fit while room is left
-            own = min(reach, max(int(room > 0), room // shortest))
+            own = min(reach, max(int(room > 0), room // step_length))
         for direction in _DIRECTIONS[mode]:
             sign = 1 if direction == "next" else -1
             for step in range(1, reach + 1):

@@ -80,8 +80,8 @@ class Pool:
 SURVEY_WIDTH = 100
 """How many chunks' distances a survey reads (ids and distances only, Chroma's cheapest
 search): adaptive selection measures a neighbour among them by its distance, and any other at
-the farthest of them. At 100 the two dev sets' windows are unchanged to three decimals (at 20,
-coverage fell by up to 0.023); see docs/how-it-works.md."""
+the farthest of them. At 100 the default's coverage on the two dev sets is unchanged to three
+decimals but for one LoCoMo question (at 20 it fell by up to 0.023); see docs/benchmarks.md."""
 
 
 @dataclass
@@ -164,11 +164,11 @@ class VectorSearch(CandidateSource):
     def survey(self, query: str, k: int, params: Params) -> Flow:
         width = max(k, SURVEY_WIDTH)
         found = yield SearchIds(query, width, params.filter, params.where_document)
-        hits = located(found)
+        hits = located(found[:k])  # the rest of the pool is measured by id, whatever its form
         if hits is None:
             return None
         distances, bound = _survey_of(found)
-        return Survey(hits[:k], distances, bound)
+        return Survey(hits, distances, bound)
 
     def find(
         self, query: str, k: int, params: Params, *, embeddings: bool, defer: bool = False
@@ -241,7 +241,8 @@ class HybridSearch(CandidateSource):
     hits, in fused order. Chunks only the keyword leg found are read in one fetch, with their
     stored vectors, so every hit has its true distance to the query and ``score`` keeps its
     meaning (the minimum distance of a window's hits); each hit's ``ranks`` say which legs
-    found it and where.
+    found it and where. A :meth:`survey` reads no vector: a keyword hit beyond the vector
+    leg's pool is measured at the pool's farthest distance.
     """
 
     def __init__(
@@ -459,7 +460,7 @@ class Neighbours:
             read = read_hit(document, hit.distance, strict=params.strict)
             if read.chunk.position not in (None, hit.chunk.position):
                 return None
-            hits.append(read)
+            hits.append(replace(read, ranks=hit.ranks))
         kept, chunks = placed(unique(hits))
         admit(documents, ids, self.predicate, chunks)
         return Pool(kept, chunks, fetched=set(ids.values()))
@@ -499,10 +500,10 @@ class TypicalLength:
         self._recent.extend(lengths)
         if self._recent:
             self._median = max(1, int(statistics.median_low(self._recent)))
-            self._short = max(1, sorted(self._recent)[len(self._recent) // 10])
+            self._short = max(1, sorted(self._recent)[len(self._recent) // 4])
 
     def spread(self) -> tuple[int, int] | None:
-        """A short length (the 10th percentile) and the median, of recently read chunks."""
+        """The lower quartile and the median of recently read chunks' lengths."""
         return None if self._median is None else (self._short, self._median)
 
 

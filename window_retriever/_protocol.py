@@ -78,10 +78,11 @@ class Search:
 class SearchIds:
     """A similarity search that returns only ``(id, distance)`` pairs, best first.
 
-    The cheapest search Chroma has: no text, no metadata. The retriever asks for it once it
-    knows the store's typical chunk length, reads each hit's position from its id, and fetches
-    the texts of the hits it will use together with their neighbours, in one fetch. Only a
-    store with ``supports_search_ids = True`` is asked.
+    The cheapest search Chroma has: no text, no metadata. The retriever reads each hit's
+    position from its id and fetches the texts of the hits it will use together with their
+    neighbours, in one fetch: static windows once the store's typical chunk length is known,
+    adaptive ones always (a pool of 100, whose distances measure the neighbours). Only a store
+    with ``supports_search_ids = True`` is asked.
     """
 
     query: str
@@ -168,10 +169,13 @@ class WindowStore(ABC):
 
     supports_search_ids: ClassVar[bool] = False
     """True when :meth:`search_ids` is implemented. Without it the retriever always runs the
-    full :meth:`search` (same results, more data read)."""
+    full :meth:`search`: static windows are the same, with more data read; adaptive windows
+    measure every neighbour by its stored vector, where the search's pool measures one
+    outside the pool at the pool's farthest distance (so they may differ a little)."""
     supports_embeddings: ClassVar[bool] = False
-    """True when requests with ``embeddings=True`` are answered (rule 5). Without it the
-    retriever refuses ``expansion="adaptive"`` with a ``ConfigurationError``."""
+    """True when requests with ``embeddings=True`` are answered (rule 5). Without it,
+    adaptive windows that need vectors (no ``search_ids``, ids that do not name positions,
+    ``diversity``) are refused with a ``ConfigurationError``."""
     supports_keyword_search: ClassVar[bool] = False
     """True when :meth:`keyword_search` is implemented: ``candidates="hybrid"`` needs it."""
     supports_query_embedding: ClassVar[bool] = False

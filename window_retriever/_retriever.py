@@ -103,7 +103,9 @@ class ContextWindowRetriever(BaseRetriever):
     multi-query) whose documents carry ``WindowSplitter``'s metadata. ``None`` (the default):
     hybrid with ``total_budget`` where the store has a keyword search (it won on both dev
     sets at every budget), vector otherwise. Under hybrid a window's ``score`` is still the
-    minimum vector distance of its hits; ``hit_ranks`` says which legs found each hit."""
+    minimum vector distance of its hits (for a keyword hit beyond the adaptive search's pool
+    of 100, the pool's farthest distance, the nearest it can be); ``hit_ranks`` says which
+    legs found each hit."""
 
     keyword_weight: float = DEFAULT_KEYWORD_WEIGHT
     """Hybrid only: the weight of the keyword leg in reciprocal rank fusion, the vector leg's
@@ -127,7 +129,8 @@ class ContextWindowRetriever(BaseRetriever):
     """How windows grow within ``total_budget``: ``"adaptive"`` (the default with a total
     budget) takes a neighbour only where its relevance to the query beats what the same
     budget buys elsewhere; ``"static"`` grows each hit blindly to ``window_budget``, as
-    without a total budget. Adaptive needs a store that returns embeddings (Chroma does)."""
+    without a total budget. Adaptive measures chunks by their distances in one search of ids
+    and distances (Chroma); a store that cannot search ids alone must return embeddings."""
 
     coherence: float = DEFAULT_COHERENCE
     """Adaptive only: how much of its anchor's relevance a neighbour borrows (0 to 1). 0
@@ -140,7 +143,8 @@ class ContextWindowRetriever(BaseRetriever):
     (1 - floor) * (worst - best)`` (0 keeps all, 1 only the best, 0.5 those nearer the best
     than the weakest). Relative to the candidates searched, and unchanged by any increasing
     affine rescaling of distances, so one value carries across distance spaces and embedding
-    models. Every strategy and candidate source (fused hits by their vector distance). A
+    models. Every strategy and candidate source (fused hits by their vector distance; a keyword
+    hit beyond the adaptive search's pool, whose distance is not known, is kept). A
     hit under the floor may still come back as a neighbour of a stronger window."""
 
     diversity: float = Field(default=0.0, strict=True)

@@ -16,7 +16,8 @@ from __future__ import annotations
 import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
-from dataclasses import replace
+
+from langchain_core.documents import Document
 
 from window_retriever._adaptive import plan_adaptive_fetch, select_adaptive
 from window_retriever._candidates import (
@@ -153,33 +154,55 @@ class Adaptive(_Budgeted):
         if survey is None:  # ids that do not name positions: the usual search, from now on
             self.lengths.disable()
             return (yield from super().run(query, params, source))
-        return (yield from self._surveyed(survey, params))
+        if survey.hits and math.isinf(survey.bound):  # keyword hits only: nothing to measure by
+            return (yield from super().run(query, params, source))
+        documents: list[Document] | None = yield from self._surveyed(survey, params)
+        if documents is None:  # a hit is not where its id says: read it the usual way
+            return (yield from super().run(query, params, source))
+        return documents
 
     def _surveyed(self, survey: Survey, params: Params) -> Flow:
-        """Read the hits that can be chosen with their neighbours, in one fetch; select."""
+        """Read every hit with the neighbours it may grow to, in one fetch; select.
+
+        The fetch is planned from lengths learned on earlier calls (a little shorter, so it
+        nearly always reaches far enough). Once the hits are read, the plan is made again
+        from their own lengths, exactly as where the search reads them: what it needs that
+        was not read is read then (one fetch more, rarely), and what it does not need is put
+        aside, so the windows never depend on earlier calls.
+        """
         total = params.total_budget
         assert total is not None  # noqa: S101 - strategy_for checked
         measure = Measure(params.length_function)
-        hits = above_floor(survey.hits, params.floor)  # the floor over every candidate
-        planned = plan_adaptive_fetch(
-            hits,
+        spread = self.lengths.spread()
+        estimate = plan_adaptive_fetch(
+            survey.hits,
             total_budget=total,
             mode=params.mode,
             length_function=params.length_function,
             window_budget=params.window_budget,
             measure=measure,
-            typical=self.lengths.spread(),
+            typical=None if spread is None else _shorter(spread),
             read=False,
         )
-        pool = Pool([], {}, fused=survey.fused)
-        yield from Neighbours(params).fetch(pool, planned)
+        neighbours = Neighbours(params)
+        ids = {make_chunk_id(*position): position for position in estimate}
+        pool = yield from neighbours.read_located(survey.hits, ids, params)
+        if pool is None:
+            return None
+        pool.fused = survey.fused
         self.lengths.learn(measure, pool.chunks.values())
-        pool.hits = [
-            replace(hit, chunk=chunk)
-            for hit in hits
-            if (chunk := pool.chunks.get(hit.chunk.position)) is not None  # type: ignore[arg-type]
-            and chunk.id == hit.chunk.id
-        ]
+        needed = plan_adaptive_fetch(
+            pool.hits,
+            total_budget=total,
+            mode=params.mode,
+            length_function=params.length_function,
+            window_budget=params.window_budget,
+            measure=measure,
+        )
+        yield from neighbours.fetch(pool, needed)  # only what the estimate missed
+        kept = {*needed, *(hit.chunk.position for hit in pool.hits)}
+        pool.chunks = {position: c for position, c in pool.chunks.items() if position in kept}
+        pool.hits = _floor_surveyed(pool.hits, params.floor, survey)
         values = {hit.chunk.id: -hit.distance for hit in pool.hits}
         for chunk in pool.chunks.values():
             values.setdefault(chunk.id, -survey.distance(chunk.id))
@@ -224,6 +247,27 @@ class Adaptive(_Budgeted):
             similarity=cosines(pool) if params.diversity > 0 else None,
             measure=measure,
         )
+
+
+# The survey's fetch plans with learned lengths shortened by this much: a query whose chunks are
+# a little shorter than those read before still needs no second fetch.
+_SURVEY_MARGIN = 0.8
+
+
+def _shorter(lengths: tuple[int, int]) -> tuple[int, int]:
+    short, middle = lengths
+    return max(1, int(short * _SURVEY_MARGIN)), max(1, int(middle * _SURVEY_MARGIN))
+
+
+def _floor_surveyed(hits: list[Hit], floor: float | None, survey: Survey) -> list[Hit]:
+    """The relevance floor over the hits the vector leg surveyed; the others are kept.
+
+    A keyword hit beyond the pool has no distance of its own (only the pool's farthest, the
+    nearest it can be), so the floor does not judge it: its fused rank made it a hit.
+    """
+    measured = [hit for hit in hits if hit.chunk.id in survey.distances]
+    kept = {hit.chunk.id for hit in above_floor(measured, floor)}
+    return [hit for hit in hits if hit.chunk.id in kept or hit.chunk.id not in survey.distances]
 
 
 # One unit of cosine similarity in each space's distance, for unit vectors: the diversity

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -344,3 +345,32 @@ def test_the_plan_fetches_every_chunk_the_selection_could_take(
     assert select_adaptive(hits, fetched, relevance, **arguments) == (
         select_adaptive(hits, chunks, relevance, **arguments)
     )
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    even_scenes(),
+    st.integers(1, 12),
+    st.integers(1, 4),
+    st.sampled_from(["both", "next", "prev"]),
+)
+def test_a_survey_plan_at_the_chunks_length_holds_the_plan_of_its_read_hits(
+    scene: tuple[dict[Position, Chunk], dict[str, float], list[str]],
+    total_chunks: int,
+    window_chunks: int,
+    mode: str,
+) -> None:
+    """Before any hit is read, a plan made at the chunks' own length asks for every hit and
+    for everything the plan of the hits, once read, needs: one fetch, no second."""
+    chunks, relevance, hit_ids = scene
+    hits = hits_of(chunks, relevance, hit_ids)
+    unread = [replace(hit, chunk=replace(hit.chunk, text="")) for hit in hits]
+    options: dict[str, Any] = {
+        "total_budget": total_chunks * SIZE,
+        "mode": mode,
+        "length_function": len,
+        "window_budget": window_chunks * SIZE,
+    }
+    estimate = plan_adaptive_fetch(unread, typical=(SIZE, SIZE), read=False, **options)
+    needed = plan_adaptive_fetch(hits, **options)
+    assert {hit.chunk.position for hit in hits} | set(needed) <= set(estimate)
