@@ -90,14 +90,16 @@ def plan_adaptive_fetch(
     median length). Only the first ``n + 2`` hits can be chosen (hits are taken in order of
     relevance, and each costs at least one chunk), and no window grows more than
     ``min(n - 1, 4)`` chunks on one side. Nor does a window grow past ``window_budget`` (only
-    a merge may): a hit of length ``L`` reaches ``(window_budget - L) / s`` chunks on one
-    side, ``s`` three quarters of the hits' lower-quartile length (neighbours are chunks like
-    the hits; the quarter allows for shorter ones and for the overlap a join trims; a single
-    short hit, such as a file's last chunk, does not widen every hit's reach), and a chunk
-    between two such reaches, which would join two windows into one, is planned too.
+    a merge may): a hit reaches ``(window_budget - s) / (3/4 s)`` chunks on one side, ``s``
+    the hits' lower-quartile length (neighbours are chunks like the hits; the quarter allows
+    for shorter ones and for the overlap a join trims; one short hit, such as a file's last
+    chunk, does not widen every hit's reach), and a chunk between two such reaches, which
+    would join two windows into one, is planned too. The plan so depends on two lengths, the
+    hits' lower quartile and median: a plan made before the hits are read, from lengths read
+    before, nearly always holds it.
 
-    Hits not read yet (known by id, text empty) are planned at the read hits' lower-quartile
-    length. With ``read=False`` no hit is read yet: the plan then holds every hit (a short
+    Hits not read yet (known by id, text empty) are planned like the read ones. With
+    ``read=False`` no hit is read yet: the plan then holds every hit (a short
     hit far down the ranking may still fill what the budget has left at the end), and is
     made with ``typical``, a short and a median length to plan by, or at length 1 without it
     (the widest plan).
@@ -120,15 +122,13 @@ def plan_adaptive_fetch(
         planned |= {hit.chunk.position: None for hit in windowable}  # type: ignore[misc]
     if reach <= 0:
         return list(planned)
-    step_length = max(1, short * 3 // 4)  # what a neighbour may add, at least (see above)
+    own = reach
+    if window_budget is not None:  # the same for every hit, so the plan depends on two lengths
+        room = window_budget - short  # any neighbour at all may fit while room is left
+        own = min(reach, max(int(room > 0), room // max(1, short * 3 // 4)))
     edges: set[tuple[Position, int]] = set()  # one past each hit's reach, and its side
     for hit in windowable[: fits + 2]:
         file_id, index = hit.chunk.position  # type: ignore[misc]
-        own = reach
-        if window_budget is not None:
-            length = measure.text(hit.chunk) if hit.chunk.text else short  # not read yet
-            room = window_budget - length  # any neighbour at all may fit while room is left
-            own = min(reach, max(int(room > 0), room // step_length))
         for direction in _DIRECTIONS[mode]:
             sign = 1 if direction == "next" else -1
             for step in range(1, reach + 1):

@@ -126,7 +126,7 @@ def admit(
     """Add fetched neighbours that pass the caller's filter and are what their id promises."""
     for document in documents:
         position = ids.get(document.id or "")
-        if position is None:
+        if position is None or position in chunks:  # not asked, or read already (a hit)
             continue
         if predicate is not None and not predicate(document.metadata):
             continue  # hidden by the caller's filter: a gap, never part of a window

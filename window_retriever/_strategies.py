@@ -164,8 +164,8 @@ class Adaptive(_Budgeted):
     def _surveyed(self, survey: Survey, params: Params) -> Flow:
         """Read every hit with the neighbours it may grow to, in one fetch; select.
 
-        The fetch is planned from lengths learned on earlier calls (a little shorter, so it
-        nearly always reaches far enough). Once the hits are read, the plan is made again
+        The fetch is planned from the lengths earlier calls read (a notch shorter than
+        typical: see ``TypicalLength.low``). Once the hits are read, the plan is made again
         from their own lengths, exactly as where the search reads them: what it needs that
         was not read is read then (one fetch more, rarely), and what it does not need is put
         aside, so the windows never depend on earlier calls.
@@ -173,7 +173,6 @@ class Adaptive(_Budgeted):
         total = params.total_budget
         assert total is not None  # noqa: S101 - strategy_for checked
         measure = Measure(params.length_function)
-        spread = self.lengths.spread()
         estimate = plan_adaptive_fetch(
             survey.hits,
             total_budget=total,
@@ -181,7 +180,7 @@ class Adaptive(_Budgeted):
             length_function=params.length_function,
             window_budget=params.window_budget,
             measure=measure,
-            typical=None if spread is None else _shorter(spread),
+            typical=self.lengths.low(),
             read=False,
         )
         neighbours = Neighbours(params)
@@ -247,16 +246,6 @@ class Adaptive(_Budgeted):
             similarity=cosines(pool) if params.diversity > 0 else None,
             measure=measure,
         )
-
-
-# The survey's fetch plans with learned lengths shortened by this much: a query whose chunks are
-# a little shorter than those read before still needs no second fetch.
-_SURVEY_MARGIN = 0.8
-
-
-def _shorter(lengths: tuple[int, int]) -> tuple[int, int]:
-    short, middle = lengths
-    return max(1, int(short * _SURVEY_MARGIN)), max(1, int(middle * _SURVEY_MARGIN))
 
 
 def _floor_surveyed(hits: list[Hit], floor: float | None, survey: Survey) -> list[Hit]:

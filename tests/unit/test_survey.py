@@ -57,7 +57,7 @@ def test_windows_do_not_depend_on_the_lengths_earlier_calls_read(
     warmed = ContextWindowRetriever(vectorstore=store, **options)
     for topic in TOPICS[:3]:
         warmed.invoke(topic, filter={"kind": "long"})
-    assert warmed._lengths.spread()[0] > 1000  # type: ignore[index]  # learned: long chunks
+    assert warmed._lengths.low()[0] > 500  # type: ignore[index]  # learned: long chunks only
     spy = spy_on(store)
     for topic in TOPICS:
         fresh = ContextWindowRetriever(vectorstore=store, **options)
