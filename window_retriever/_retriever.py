@@ -171,7 +171,9 @@ class ContextWindowRetriever(BaseRetriever):
     fetch_k: int | None = Field(default=None, strict=True)
     """How many candidates the similarity search returns; default ``4 * k`` (``2 * k`` with
     ``total_budget``). Without ``total_budget``, more are taken automatically when merging
-    leaves fewer than ``k`` windows (each time at the cost of another search and fetch)."""
+    leaves fewer than ``k`` windows (each time at the cost of another search and fetch).
+    Adaptive windows search the ids and distances of ``max(fetch_k, 100)`` chunks: the first
+    ``fetch_k`` are the hits, and the rest measure neighbours."""
 
     strict: bool = False
     """Raise ``MissingWindowMetadataError`` for a hit without window metadata, instead of
