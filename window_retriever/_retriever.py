@@ -152,7 +152,8 @@ class ContextWindowRetriever(BaseRetriever):
     A hit that would open a new window loses ``diversity`` times its highest cosine
     similarity to the chunks already chosen (their stored embeddings), so a near-copy of a
     chosen window gives way to a hit on another topic; 1 weighs relevance and redundancy
-    equally (classic MMR with lambda 0.5). Static expansion ignores it."""
+    equally (classic MMR with lambda 0.5). Static expansion ignores it. With it, the store
+    returns vectors and each neighbour is measured by its own (not by the search's pool)."""
 
     mode: Mode = "both"
     """Which way windows grow: ``"both"`` (after, before, after, ...), ``"next"`` or ``"prev"``."""
