@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from langchain_core.documents import Document
 
@@ -86,10 +86,7 @@ class _Budgeted(Strategy):
         yield from neighbours.fetch(pool, [*pool.unread.values(), *planned])
         pool.settle()  # hits known by id only were read with the neighbours
         pool.hits = above_floor(pool.hits, params.floor)  # the weaker stay known as neighbours
-        windows, over = self.select(pool, params, measure)
-        if not over:
-            windows = fit_total(windows, total, params.length_function)
-        return once([to_document(window, over_budget=over) for window in windows])
+        return _documents(*self.select(pool, params, measure), total, params)
 
     @abstractmethod
     def plan(self, pool: Pool, params: Params, measure: Measure) -> list[Position]:
@@ -190,14 +187,7 @@ class Adaptive(_Budgeted):
             return None
         pool.fused = survey.fused
         self.lengths.learn(measure, pool.chunks.values())
-        needed = plan_adaptive_fetch(
-            pool.hits,
-            total_budget=total,
-            mode=params.mode,
-            length_function=params.length_function,
-            window_budget=params.window_budget,
-            measure=measure,
-        )
+        needed = self.plan(pool, params, measure)  # as where the search reads the hits
         yield from neighbours.fetch(pool, needed)  # only what the estimate missed
         kept = {*needed, *(hit.chunk.position for hit in pool.hits)}
         pool.chunks = {position: c for position, c in pool.chunks.items() if position in kept}
@@ -205,21 +195,8 @@ class Adaptive(_Budgeted):
         values = {hit.chunk.id: -hit.distance for hit in pool.hits}
         for chunk in pool.chunks.values():
             values.setdefault(chunk.id, -survey.distance(chunk.id))
-        windows, over = select_adaptive(
-            pool.hits,
-            pool.chunks,
-            _fused_order(values, pool.hits) if pool.fused else values,
-            k=params.k,
-            total_budget=total,
-            window_budget=params.window_budget,
-            mode=params.mode,
-            length_function=params.length_function,
-            coherence=params.coherence,
-            measure=measure,
-        )
-        if not over:
-            windows = fit_total(windows, total, params.length_function)
-        return once([to_document(window, over_budget=over) for window in windows])
+        values = _fused_order(values, pool.hits) if pool.fused else values
+        return _documents(*self._choose(pool, values, params, measure), total, params)
 
     def plan(self, pool: Pool, params: Params, measure: Measure) -> list[Position]:
         return plan_adaptive_fetch(
@@ -232,10 +209,17 @@ class Adaptive(_Budgeted):
         )
 
     def select(self, pool: Pool, params: Params, measure: Measure) -> tuple[list[Window], bool]:
+        return self._choose(pool, relevance(pool), params, measure)
+
+    @staticmethod
+    def _choose(
+        pool: Pool, values: Mapping[str, float], params: Params, measure: Measure
+    ) -> tuple[list[Window], bool]:
+        """Adaptive selection over the pool, each chunk worth ``values`` (minus distances)."""
         return select_adaptive(
             pool.hits,
             pool.chunks,
-            relevance(pool),
+            values,
             k=params.k,
             total_budget=params.total_budget or 0,
             window_budget=params.window_budget,
@@ -246,6 +230,13 @@ class Adaptive(_Budgeted):
             similarity=cosines(pool) if params.diversity > 0 else None,
             measure=measure,
         )
+
+
+def _documents(windows: list[Window], over: bool, total: int, params: Params) -> list[Document]:
+    """The chosen windows as documents, cut to the total budget unless the one is over it."""
+    if not over:
+        windows = fit_total(windows, total, params.length_function)
+    return once([to_document(window, over_budget=over) for window in windows])
 
 
 def _floor_surveyed(hits: list[Hit], floor: float | None, survey: Survey) -> list[Hit]:
