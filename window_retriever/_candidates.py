@@ -22,7 +22,7 @@ from typing import Any
 from langchain_core.documents import Document
 
 from window_retriever._filters import Predicate, compile_where
-from window_retriever._fusion import DEFAULT_WEIGHTS, fuse
+from window_retriever._fusion import DEFAULT_WEIGHTS, Fused, fuse
 from window_retriever._ids import CHUNK_ID, make_chunk_id
 from window_retriever._params import Params
 from window_retriever._protocol import Fetch, Found, Request, Search, SearchIds, Space
@@ -256,6 +256,11 @@ class HybridSearch(CandidateSource):
         self.weights = weights
         self.surveys = locates
 
+    def _fuse(self, vector: list[str], keyword: list[tuple[str, float]], k: int) -> list[Fused]:
+        """The first ``k`` of the two legs' ids fused by reciprocal rank."""
+        ids = {"vector": vector, "keyword": [chunk_id for chunk_id, _ in keyword]}
+        return fuse(ids, self.weights)[:k]
+
     def survey(self, query: str, k: int, params: Params) -> Flow:
         """The vector leg as ids and distances of a wider pool; its first ``k`` are fused."""
         width = max(k, SURVEY_WIDTH)
@@ -263,9 +268,7 @@ class HybridSearch(CandidateSource):
         keyword: list[tuple[str, float]] = yield self.keyword(query, k, params)
         distances, bound = _survey_of(found)
         vector = list(dict.fromkeys(chunk_id for chunk_id, _ in found))[:k]
-        fused = fuse(
-            {"vector": vector, "keyword": [chunk_id for chunk_id, _ in keyword]}, self.weights
-        )[:k]
+        fused = self._fuse(vector, keyword, k)
         positions = _positions([item.id for item in fused])
         if positions is None:
             return None
@@ -285,10 +288,7 @@ class HybridSearch(CandidateSource):
         found = yield _search(query, k, params, measured=True)
         keyword: list[tuple[str, float]] = yield self.keyword(query, k, params)
         vector = {document.id or "": n for n, document in enumerate(found.documents)}
-        fused = fuse(
-            {"vector": list(vector), "keyword": [chunk_id for chunk_id, _ in keyword]},
-            self.weights,
-        )[:k]
+        fused = self._fuse(list(vector), keyword, k)
         documents = {document.id or "": document for document in found.documents}
         vectors = _vectors(found)
         distances = dict(zip(vector, found.distances, strict=True))
