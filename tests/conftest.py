@@ -31,13 +31,15 @@ def make_store(chroma_client: Any) -> Iterator[Callable[..., Chroma]]:
     """
     names: list[str] = []
 
-    def factory(embeddings: Embeddings | None = None) -> Chroma:
+    def factory(embeddings: Embeddings | None = None, *, exhaustive: bool = False) -> Chroma:
+        """``exhaustive``: a search ef of 1000, so a search of any width ranks chunks alike."""
         name = f"test-{uuid.uuid4().hex[:12]}"
         names.append(name)
         return Chroma(
             collection_name=name,
             embedding_function=embeddings or DeterministicFakeEmbedding(size=64),
             client=chroma_client,
+            collection_metadata={"hnsw:search_ef": 1000} if exhaustive else None,
         )
 
     yield factory

@@ -201,7 +201,7 @@ class TieFreeEmbeddings(KeywordEmbeddings):
 @pytest.mark.parametrize("mode", ["both", "next"])
 @pytest.mark.parametrize(("total", "window_budget"), [(300, 1200), (800, 300), (2000, 1200)])
 def test_a_survey_holding_every_chunk_gives_the_windows_vectors_give(
-    chroma_client: Any,
+    make_store: Callable[..., Chroma],
     monkeypatch: pytest.MonkeyPatch,
     candidates: str,
     mode: str,
@@ -211,12 +211,7 @@ def test_a_survey_holding_every_chunk_gives_the_windows_vectors_give(
     """With a pool as wide as the store, every chunk is measured by its own distance: the
     survey's windows are then exactly those of a store whose neighbours are measured by their
     vectors (so the plan fetched every hit and neighbour the selection could take)."""
-    store = Chroma(  # an exhaustive search, so a search of any width ranks chunks alike
-        collection_name=f"survey-{candidates}-{mode}-{total}-{window_budget}",
-        embedding_function=TieFreeEmbeddings(),
-        client=chroma_client,
-        collection_metadata={"hnsw:search_ef": 1000},
-    )
+    store = make_store(TieFreeEmbeddings(), exhaustive=True)
     documents = [  # no two chunks alike (turns of one number and topic are in each conversation)
         Document(
             page_content=turns(80, seed).replace(" turn ", f" conversation {seed}, turn "),
@@ -246,7 +241,6 @@ def test_a_survey_holding_every_chunk_gives_the_windows_vectors_give(
         assert [d.metadata["hit_chunk_ids"] for d in got] == [
             d.metadata["hit_chunk_ids"] for d in want
         ], question
-    chroma_client.delete_collection(store._collection.name)
 
 
 def test_a_chunk_outside_the_survey_is_measured_at_its_farthest_distance(

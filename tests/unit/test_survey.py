@@ -154,18 +154,13 @@ def test_async_surveys_give_the_sync_windows(
 
 
 def test_a_fresh_retriever_reads_widely_but_uses_only_what_the_hits_plan_needs(
-    chroma_client: Any,
+    make_store: Callable[..., Chroma],
 ) -> None:
     """Knowing no length yet, the survey reads every hit's widest reach; it must still grow no
     further than the plan of the hits it read allows, as the usual search would (here long hits
     between short chunks: a third step fits ``window_budget`` but lies past the plan, which
     steps by the hits' length)."""
-    store = Chroma(  # an exhaustive search, so a search of any width ranks chunks alike
-        collection_name="alternating-lengths",
-        embedding_function=TieFreeEmbeddings(),
-        client=chroma_client,
-        collection_metadata={"hnsw:search_ef": 1000},
-    )
+    store = make_store(TieFreeEmbeddings(), exhaustive=True)
     lines = []
     for i in range(40):
         topic = TOPICS[i % 3]
@@ -190,4 +185,3 @@ def test_a_fresh_retriever_reads_widely_but_uses_only_what_the_hits_plan_needs(
         assert [d.metadata["chunk_ids"] for d in got] == [d.metadata["chunk_ids"] for d in want]
         grew += sum(len(d.metadata["chunk_ids"]) > 1 for d in got)
     assert grew  # windows grew: the reach was really tested
-    chroma_client.delete_collection("alternating-lengths")
