@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import itertools
 import math
-import statistics
 from abc import ABC, abstractmethod
 from collections import deque
 from collections.abc import Awaitable, Callable, Generator, Iterable, Mapping, Sequence
@@ -499,8 +498,8 @@ class TypicalLength:
     def learn_from(self, lengths: Iterable[int]) -> None:
         self._recent.extend(lengths)
         if self._recent:
-            self._median = max(1, int(statistics.median_low(self._recent)))
             ordered = sorted(self._recent)
+            self._median = max(1, int(ordered[(len(ordered) - 1) // 2]))  # the median_low
             self._low = (
                 max(1, ordered[len(ordered) // 10]),
                 max(1, ordered[len(ordered) // 4]),
