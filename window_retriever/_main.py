@@ -1,8 +1,9 @@
 """The ``window-retriever`` entry point: nothing to import before Ctrl-C is handled.
 
 Importing the command line takes a tenth of a second; an interrupt then would end in a
-traceback. This module imports nothing of its own, so the interrupt is caught from the
-first line of :func:`main` on (Python's own start-up, a few milliseconds, is the rest).
+traceback, or worse (see :mod:`window_retriever._interrupt`). This module imports only that
+light module, so the interrupt is handled from the first line of :func:`main` on (Python's own
+start-up, a few milliseconds, is the rest).
 """
 
 from __future__ import annotations
@@ -10,13 +11,16 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 
+from window_retriever._interrupt import interrupts_where_safe
+
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; return the exit status (130 when interrupted)."""
-    try:
-        from window_retriever._cli import main as run
+    with interrupts_where_safe():
+        try:
+            from window_retriever._cli import main as run
 
-        return run(argv)
-    except KeyboardInterrupt:  # before the command handles it (importing, parsing)
-        print("window-retriever: interrupted", file=sys.stderr)
-        return 130
+            return run(argv)
+        except KeyboardInterrupt:  # before the command handles it (importing, parsing)
+            print("window-retriever: interrupted", file=sys.stderr)
+            return 130
