@@ -48,7 +48,8 @@ discounted: diversity is between windows, not within one.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from operator import attrgetter
 
 from window_retriever._windows import (
     _DIRECTIONS,
@@ -172,14 +173,18 @@ class _Run:
         return self.chunks[-1].index or 0
 
 
-@dataclass(order=True, slots=True)
+@dataclass(slots=True)
 class _Candidate:
     sort_key: tuple[float, int, int, int]
-    kind: str = field(compare=False)  # "hit" or "grow"
-    chunk: Chunk = field(compare=False)
-    value: float = field(compare=False)
-    run: _Run | None = field(compare=False, default=None)
-    direction: str = field(compare=False, default="next")
+    """Best first: the highest value, then a hit before a growth, then rank and position."""
+    kind: str  # "hit" or "grow"
+    chunk: Chunk
+    value: float
+    run: _Run | None = None
+    direction: str = "next"
+
+
+_sort_key = attrgetter("sort_key")
 
 
 def select_adaptive(
@@ -241,28 +246,29 @@ def select_adaptive(
         _Redundancy(len(hits), similarity) if diversity > 0 and similarity is not None else None
     )
 
+    # Without diversity a hit is worth the same at every step: its candidate is made once.
+    own = {r: _relevance(hits[r], relevance) for r in ranked}
+    fixed = [_Candidate((-own[r], 0, r, 0), "hit", hits[r].chunk, own[r]) for r in ranked]
     while True:
         candidates: list[_Candidate] = []
-        for r in ranked:
-            hit = hits[r]
-            if hit.chunk.id in taken_ids or ("hit", hit.chunk.id) in dropped:
+        for r, unused in zip(ranked, fixed, strict=True):
+            chunk = unused.chunk
+            if chunk.id in taken_ids or ("hit", chunk.id) in dropped:
                 continue
-            value = _relevance(hit, relevance)
-            if redundancy is not None and not _touching(hit.chunk, taken):
-                value -= diversity * redundancy.of(r)
-            candidates.append(_Candidate((-value, 0, r, 0), "hit", hit.chunk, value))
+            if redundancy is not None and not _touching(chunk, taken):
+                value = unused.value - diversity * redundancy.of(r)
+                unused = _Candidate((-value, 0, r, 0), "hit", chunk, value)
+            candidates.append(unused)
         for run in runs:
             if run.chunks[0].position is None:
                 continue
             for direction in _DIRECTIONS[mode]:
-                candidate = _growth(
-                    run, direction, chunks, relevance, taken, hits, rank_of, coherence
-                )
-                if candidate is not None and ("grow", candidate.chunk.id) not in dropped:
-                    candidates.append(candidate)
+                grown = _growth(run, direction, chunks, relevance, taken, hits, rank_of, coherence)
+                if grown is not None and ("grow", grown.chunk.id) not in dropped:
+                    candidates.append(grown)
         if not candidates:
             break
-        candidates.sort()
+        candidates.sort(key=_sort_key)
         chosen = None
         for candidate in candidates:
             cost, allowed = _cost(candidate, runs, taken, measure, window_budget, k)
