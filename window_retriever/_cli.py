@@ -1,32 +1,33 @@
-"""The ``window-retriever`` command: ingest sources, query them, evaluate, run the demo.
+"""The ``window-retriever`` command line: its arguments, and one line for every error.
 
-Every error becomes one line on stderr and a non-zero exit status (``--debug`` shows the
-traceback). Exit status: 0 success, 1 some sources failed to ingest, 2 bad usage or an error.
+The commands themselves are in ``_commands``, what they print in ``_terminal``. Every error
+becomes one line on stderr and a non-zero exit status (``--debug`` shows the traceback). Exit
+status: 0 success, 1 some sources failed to ingest, 2 bad usage or an error.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import json
-import math
 import os
 import sys
-import threading
-import time
 import traceback
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final, NoReturn, TextIO
+from collections.abc import Sequence
+from typing import NoReturn
 
-from window_retriever._errors import (
-    Command,
-    Mention,
-    Message,
-    OptionName,
-    WindowRetrieverError,
+from window_retriever._commands import (
+    DEMO_QUESTION,
+    DEMO_TOTAL_BUDGET,
+    EXIT_ERROR,
+    EXIT_OK,
+    PROG,
+    run_demo,
+    run_eval,
+    run_ingest,
+    run_query,
+    said,
 )
+from window_retriever._errors import WindowRetrieverError
 from window_retriever._headers import DEFAULT_HEADERS
 from window_retriever._open import (
     DEFAULT_COLLECTION,
@@ -36,29 +37,10 @@ from window_retriever._open import (
     ENV_TENANT,
     ENV_TIMEOUT,
     ENV_TOKEN,
-    ENV_TOKEN_HEADER,
     ENV_URL,
 )
 from window_retriever._version import __version__
 from window_retriever._windows import DEFAULT_WINDOW_BUDGET
-
-if TYPE_CHECKING:  # the command starts without LangChain: an early Ctrl-C is handled too
-    from langchain_core.documents import Document
-
-    from window_retriever._pipeline import SourceOutcome
-
-PROG = "window-retriever"
-DEMO_QUESTION = (
-    "How do I make sure a file is closed after reading it, even if an exception is raised?"
-)
-DEMO_TOTAL_BUDGET = 2000
-DEMO_ORIGIN = "window-retriever-demo"
-"""The demo's pages carry this origin: a demo run removes what another install's demo wrote."""
-EXIT_OK, EXIT_SOURCES_FAILED, EXIT_ERROR = 0, 1, 2
-
-
-class CommandError(WindowRetrieverError):
-    """A command cannot run as asked; the message says why and what to do."""
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -196,7 +178,7 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="wait for another writer of the same --db instead of stopping",
     )
-    ingest.set_defaults(run=_ingest)
+    ingest.set_defaults(run=run_ingest)
 
     query = commands.add_parser(
         "query",
@@ -210,7 +192,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--filter", metavar="JSON", help='Chroma metadata filter, e.g. \'{"tenant": "acme"}\''
     )
     query.add_argument("--json", action="store_true", help="print machine-readable JSON")
-    query.set_defaults(run=_query)
+    query.set_defaults(run=run_query)
 
     evaluate = commands.add_parser(
         "eval",
@@ -246,7 +228,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--json", metavar="OUT", dest="json_out", help="write the results as JSON"
     )
     evaluate.add_argument("--plot", metavar="OUT.png", help="plot coverage against budget (PNG)")
-    evaluate.set_defaults(run=_eval)
+    evaluate.set_defaults(run=run_eval)
 
     demo = commands.add_parser(
         "demo",
@@ -269,7 +251,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="pages to ingest (default: the pages bundled with the package)",
     )
     _window_arguments(demo, total_budget=DEMO_TOTAL_BUDGET)
-    demo.set_defaults(run=_demo)
+    demo.set_defaults(run=run_demo)
     return parser
 
 
@@ -370,530 +352,9 @@ def _window_arguments(parser: argparse.ArgumentParser, *, total_budget: int | No
     )
 
 
-# ---- commands ---------------------------------------------------------------------------------
-
-
-def _ingest(args: argparse.Namespace) -> int:
-    from window_retriever._loaders import LoadOptions, check_sources, printable
-    from window_retriever._pipeline import SourceOutcome
-    from window_retriever.ingestion import Listed, Repeated, Unlistable, ingest
-
-    metadata = _parse_metadata(args.metadata)
-    splitter = _splitter(args.chunk_size, args.chunk_overlap)
-    if not all(math.isfinite(v) and v > 0 for v in (args.timeout, args.rate, args.max_size_mb)):
-        raise CommandError("--timeout, --rate and --max-size-mb must be positive numbers")
-    if args.origin is not None and not args.origin.strip():
-        raise CommandError("--origin takes a name, e.g. --origin build-server-docs")
-    options = LoadOptions(
-        selectors=args.selector,
-        timeout=args.timeout,
-        requests_per_second=args.rate,
-        max_bytes=int(args.max_size_mb * 1024 * 1024),
-    )
-    try:  # before the store is opened: a refused command creates nothing
-        check_sources(args.sources)
-    except ValueError as error:
-        raise CommandError(str(error)) from None
-    with _opened_for_writing(args) as store, _Progress() as progress:
-
-        def line(event: Any) -> None:
-            if isinstance(event, Listed):
-                progress.start(event.sources)
-                return
-            if isinstance(event, Unlistable):
-                text = (
-                    f"failed    {printable(event.folder)}: cannot list this folder (kept as stored)"
-                )
-            elif isinstance(event, Repeated):
-                text = (
-                    f"skipped   {printable(event.path)}: already read as "
-                    f"{printable(event.first)} (a link loop, or a second link to it)"
-                )
-            elif isinstance(event, SourceOutcome):
-                progress.source_done()
-                text = _source_line(event)
-            else:  # a pruned file
-                text = f"removed   {event.source}: gone ({_count(event.chunks, 'chunk')})"
-            progress.line(text)
-
-        summary = ingest(
-            store,
-            args.sources,
-            splitter=splitter,
-            headers=args.headers,
-            metadata=metadata,
-            options=options,
-            keep_missing=args.keep_missing,
-            origin=args.origin,
-            progress=progress,
-            on_event=line,
-        )
-    ingested = summary.added + summary.updated
-    print(
-        f"{_count(summary.sources, 'source')}: {ingested} ingested ({summary.added} added, "
-        f"{summary.updated} updated), {summary.unchanged} skipped (unchanged), "
-        f"{summary.empty} skipped (empty), {summary.failed} failed, "
-        f"{summary.gone} gone (removed); "
-        f"{_count(summary.written, 'chunk')} written, {summary.removed} removed"
-    )
-    return EXIT_SOURCES_FAILED if summary.failed else EXIT_OK
-
-
-def _source_line(result: SourceOutcome) -> str:
-    from window_retriever._loaders import EMPTY, printable
-
-    name, outcome = printable(result.name), result.outcome
-    if outcome is None:
-        if result.error == EMPTY:
-            return f"skipped   {name}: empty (no text)"
-        return f"failed    {name}: {_said(result.error or '')}"
-    detail = _count(outcome.chunks, "chunk")
-    if outcome.status == "unchanged":
-        detail += ", nothing embedded"
-    elif outcome.written != outcome.chunks or outcome.removed:
-        detail += f", {outcome.written} written, {outcome.removed} removed"
-    return f"{outcome.status:<9} {name}: {detail}"
-
-
-def _query(args: argparse.Namespace) -> int:
-    _check_window_arguments(args)
-    where = None
-    if args.filter is not None:
-        from window_retriever._filters import check_where
-
-        def finite(text: str) -> float:  # NaN, Infinity and 1e999, which JSON alone lets in
-            number = float(text)
-            if not math.isfinite(number):
-                raise CommandError(f"--filter holds {text}; Chroma takes only finite numbers")
-            return number
-
-        try:
-            where = json.loads(args.filter, parse_float=finite, parse_constant=finite)
-        except json.JSONDecodeError as error:
-            raise CommandError(
-                f"--filter is not valid JSON ({error.msg} at column {error.colno})"
-            ) from None
-        if not isinstance(where, dict):
-            raise CommandError('--filter must be a JSON object, e.g. {"tenant": "acme"}')
-        try:
-            check_where(where, "--filter")
-        except ValueError as error:
-            raise CommandError(str(error)) from None
-    store = _open_for_reading(args)
-    docs = _retrieve(store, args, where)
-    if args.json:
-        json.dump(
-            [_as_json(rank, doc) for rank, doc in enumerate(docs, 1)],
-            sys.stdout,
-            indent=2,
-            ensure_ascii=False,
-        )
-        print()
-    else:
-        _print_windows(docs, sys.stdout)
-    if not docs:  # an answer, not an error (exit 0), but never a silent one
-        print(
-            f"no windows: nothing in the collection {args.collection!r} matches"
-            + (" the --filter" if where is not None else ""),
-            file=sys.stderr,
-        )
-    return EXIT_OK
-
-
-def _eval(args: argparse.Namespace) -> int:
-    from window_retriever._embeddings import default_embeddings
-    from window_retriever.evaluation import (
-        evaluate,
-        parse_configs,
-        read_questions,
-        resolve_sources,
-    )
-
-    try:
-        budgets = [int(b) for b in args.budgets.split(",") if b.strip()]
-    except ValueError:
-        budgets = []
-    if not budgets or min(budgets) < 1:
-        raise CommandError(
-            f"--total-budgets takes positive whole numbers, e.g. 1000,2000,4000, "
-            f"got {args.budgets!r}"
-        )
-    for option, target in (("--json", args.json_out), ("--plot", args.plot)):
-        if target is not None:
-            folder = Path(target).parent
-            if Path(target).is_dir() or not folder.is_dir() or not os.access(folder, os.W_OK):
-                raise CommandError(f"{option} {target}: cannot write there")
-    if args.plot is not None:  # before the run, not after it
-        try:
-            import matplotlib  # noqa: F401
-        except ImportError:
-            raise CommandError(
-                "--plot needs matplotlib: pip install 'window-retriever[eval]'"
-            ) from None
-    configs = parse_configs(args.configs)
-    path = Path(args.questions)
-    if not path.is_file():
-        raise CommandError(f"no questions file at {path}")
-    questions, problems = read_questions(path)
-    for problem in problems:
-        print(f"skipped {problem}", file=sys.stderr)
-    if not questions:
-        raise CommandError(f"no usable questions in {path} ({len(problems)} lines skipped)")
-    store = _open_for_reading(args)
-    questions, warnings = resolve_sources(store, questions)
-    for warning in warnings:
-        print(f"warning: {warning}", file=sys.stderr)
-    report = evaluate(
-        store,
-        questions,
-        configs=configs,
-        budgets=budgets,
-        count_tokens=default_embeddings().count_tokens,
-        skipped=problems,
-    )
-    print(f"{_count(len(questions), 'question')}, {_count(len(problems), 'line')} skipped")
-    print(report.table())
-    if args.json_out:
-        Path(args.json_out).write_text(json.dumps(report.to_json(), indent=2), encoding="utf-8")
-    if args.plot:
-        report.plot(args.plot)
-    return EXIT_OK
-
-
-def _demo(args: argparse.Namespace) -> int:
-    _check_window_arguments(args)
-    from window_retriever._ingest import prune_missing
-    from window_retriever._loaders import LoadOptions
-    from window_retriever._pipeline import SourceOutcome
-    from window_retriever.ingestion import ingest
-
-    pages = Path(args.pages) if args.pages else bundled_pages()
-    if not pages.is_dir():
-        raise CommandError(f"no pages at {pages}; pass --pages DIR, a folder of HTML pages")
-    if args.total_budget < 1:
-        raise CommandError(f"--total-budget must be at least 1, got {args.total_budget}")
-    # The collection every command reads by default, so that `query --db DIR` finds it.
-    args.chroma_url, args.collection, args.wait = None, DEFAULT_COLLECTION, False
-    args.chroma_tenant = args.chroma_database = None
-    began = time.perf_counter()
-    with _opened_for_writing(args) as store:
-        summary = ingest(
-            store, [str(pages)], options=LoadOptions(selectors=["body"]), origin=DEMO_ORIGIN
-        )
-        results = [event for event in summary.events if isinstance(event, SourceOutcome)]
-        for result in results:
-            if result.outcome is None:
-                raise CommandError(
-                    f"cannot load {result.name}: {result.error} (the demo reads the 'body' "
-                    "class of HTML pages; --pages DIR must hold such pages)"
-                )
-        # The pages as another install (another path) of the demo wrote them: gone.
-        shown = {os.path.abspath(result.name) for result in results}
-        prune_missing(store, os.sep, shown, origin=DEMO_ORIGIN)
-    written = summary.written
-    total = sum(result.outcome.chunks for result in results if result.outcome is not None)
-    print(
-        f"{_count(total, 'chunk')} of the pages in {pages} are in {args.db}/, collection "
-        f"{args.collection!r} ({written} embedded now, {time.perf_counter() - began:.1f} s)"
-    )
-    budget = args.total_budget
-    print(f"\nQ: {args.question}\n")
-    # Plain top chunks in rank order, cut at the same total budget as the windows.
-    found = store.similarity_search_with_score(args.question, k=max(args.k or 4, budget // 100 + 1))
-    plain: list[tuple[Document, float, int]] = []
-    used = 0
-    for doc, score in found:
-        if used >= budget:
-            break
-        taken = min(len(doc.page_content), budget - used)
-        plain.append((doc, score, taken))
-        used += taken
-    print(f"--- plain: the top {_count(len(plain), 'chunk')}, {used} of {budget} characters")
-    for rank, (doc, score, taken) in enumerate(plain, 1):
-        meta = doc.metadata
-        cut = len(doc.page_content) - taken
-        print(
-            f"[{rank}] {_short(meta.get('source', '?'))}  chunk {meta.get('chunk_index')}  "
-            f"distance {score:.3f}"
-            + (f"  (cut at the budget: {cut} characters left out)" * (cut > 0))
-        )
-        print(_indent(doc.page_content[:taken]))
-    docs = _retrieve(store, args, None)
-    print(
-        f"\n--- windows: {_count(len(docs), 'window')}, "
-        f"{sum(len(d.page_content) for d in docs)} of {budget} characters"
-    )
-    _print_windows(docs, sys.stdout)
-    print(f'\nAsk another question: {PROG} query --db {args.db} "QUESTION" --total-budget {budget}')
-    return EXIT_OK
-
-
-def bundled_pages() -> Path:
-    """The demo's pages, shipped in the package (three pages of the Python 3.11 tutorial)."""
-    return Path(__file__).resolve().parent / "_data" / "pages"
-
-
-def _count(number: int, noun: str) -> str:
-    """``1 chunk``, ``2 chunks``."""
-    return f"{number} {noun}{'s' * (number != 1)}"
-
-
-# ---- helpers ----------------------------------------------------------------------------------
-
-
-FLAGS: Final[Mapping[OptionName, str]] = {
-    "collection": "--collection",
-    "database": "--chroma-database",
-    "db": "--db",
-    "file_id_keys": "--metadata",
-    "max_bytes": "--max-size-mb",
-    "selectors": "--selector",
-    "tenant": "--chroma-tenant",
-    "timeout": "--chroma-timeout",
-    "token": ENV_TOKEN,  # kept off command lines, where other users can read it
-    "token_header": ENV_TOKEN_HEADER,
-    "url": "--chroma-url",
-    "wait": "--wait",
-}
-"""How the command line sets each option that a library message can name (a test checks all)."""
-
-
-def _said(message: str) -> str:
-    """A library message in the command line's words: each option it names as its flag."""
-    if not isinstance(message, Message):
-        return message
-    return message.render(_say)
-
-
-def _say(mention: Mention) -> str:
-    if isinstance(mention, Command):
-        given = " ".join(_say(option) for option in mention.options)
-        return f"run '{PROG} {mention.name}{' ... ' + given if given else ''}'"
-    flag = FLAGS[mention.name]
-    if not mention.has_value or mention.value is True:  # a switch (--wait) or the option itself
-        return flag
-    value = mention.value
-    if mention.name == "file_id_keys":  # the owner keys of the file id are --metadata keys
-        return " ".join(f"{flag} {key}=..." for key in value if key != "source")
-    if isinstance(value, list | tuple):
-        return " ".join([flag, *map(str, value)])
-    return f"{flag} {value}"
-
-
-def _check_window_arguments(args: argparse.Namespace) -> None:
-    """Refuse window options that cannot work, before any store is opened."""
-    if args.budget is not None:
-        raise CommandError(
-            "--budget is now --window-budget (the most characters of one window); "
-            "--total-budget N caps all windows together"
-        )
-    if args.expansion == "adaptive" and args.total_budget is None:
-        raise CommandError(
-            "--expansion adaptive shares one budget between windows: give --total-budget N"
-        )
-
-
-def _retrieve(store: Any, args: argparse.Namespace, where: dict[str, Any] | None) -> list[Document]:
-    from window_retriever._retriever import ContextWindowRetriever
-
-    retriever = ContextWindowRetriever(
-        vectorstore=store,
-        k=args.k,
-        window_budget=args.window_budget,
-        total_budget=args.total_budget,
-        expansion=args.expansion,
-        mode=args.mode,
-        filter=where,
-        candidates=args.candidates,
-        **({} if args.keyword_weight is None else {"keyword_weight": args.keyword_weight}),
-    )
-    return retriever.invoke(args.question)
-
-
-def _splitter(size: int, overlap: int) -> Any:
-    from langchain_text_splitters import RecursiveCharacterTextSplitter
-
-    if size < 1:
-        raise CommandError(f"--chunk-size must be at least 1, got {size}")
-    if not 0 <= overlap < size:
-        raise CommandError(
-            f"--chunk-overlap must be from 0 to less than --chunk-size ({size}), got {overlap}"
-        )
-    return RecursiveCharacterTextSplitter(
-        chunk_size=size, chunk_overlap=overlap, add_start_index=True
-    )
-
-
-def _parse_metadata(pairs: Sequence[str]) -> dict[str, str]:
-    metadata: dict[str, str] = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key.strip():
-            raise CommandError(f"--metadata takes KEY=VALUE, got {pair!r}")
-        metadata[key.strip()] = value
-    from window_retriever.ingestion import RESERVED_METADATA
-
-    reserved = set(metadata) & RESERVED_METADATA
-    if reserved:
-        raise CommandError(
-            f"--metadata cannot set {', '.join(sorted(reserved))}: the ingester stamps it"
-        )
-    return metadata
-
-
-@contextmanager
-def _opened_for_writing(args: argparse.Namespace) -> Iterator[Any]:
-    """Open the store for an ingest: an embedded store is locked against other writers."""
-    from window_retriever._lock import writer_lock
-
-    directory, _ = _location(args)
-    if directory is None:  # a server orders its writers itself
-        yield _store(args, create=True)
-        return
-    with writer_lock(directory, wait=args.wait):
-        yield _store(args, create=True)
-
-
-def _open_for_reading(args: argparse.Namespace) -> Any:
-    return _store(args, create=False)
-
-
-def _location(args: argparse.Namespace) -> tuple[Path | None, str | None]:
-    from window_retriever._open import store_location
-
-    return store_location(args.db, args.chroma_url)
-
-
-def _store(args: argparse.Namespace, *, create: bool) -> Any:
-    from window_retriever._open import open_store
-
-    # open_store reads the environment itself, so that its messages name the variables; they
-    # name the arguments the flags were passed as, which main() says as the flags.
-    return open_store(
-        args.db,
-        url=args.chroma_url,
-        collection=args.collection,
-        create=create,
-        tenant=args.chroma_tenant,
-        database=args.chroma_database,
-        timeout=getattr(args, "chroma_timeout", None),
-    )
-
-
-class _Progress:
-    """A progress bar on a terminal; plain lines otherwise.
-
-    The bar counts the chunks written out of those planned, with their rate (embedding is the
-    slow part, so a long file shows movement), and the sources done. The ingest threads tell
-    it of chunks.
-    """
-
-    def __init__(self, stream: TextIO | None = None) -> None:
-        self.stream = stream or sys.stderr
-        self.bar: Any = None
-        self.sources = self.done = 0
-        self._lock = threading.Lock()
-
-    def start(self, sources: int) -> None:
-        """The sources are listed: show the bar (on a terminal)."""
-        self.sources = sources
-        if self.stream.isatty():
-            from tqdm import tqdm
-
-            self.bar = tqdm(total=0, unit="chunk", file=self.stream, dynamic_ncols=True)
-            self._show_sources()
-
-    def __enter__(self) -> _Progress:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self.bar is not None:
-            self.bar.close()
-
-    def line(self, text: str) -> None:
-        if self.bar is not None:
-            with self._lock:
-                self.bar.write(text, file=sys.stdout)
-        else:
-            print(text, flush=True)
-
-    def planned(self, chunks: int) -> None:
-        if self.bar is not None:
-            with self._lock:
-                self.bar.total += chunks
-                self.bar.refresh()
-
-    def written(self, chunks: int) -> None:
-        if self.bar is not None:
-            with self._lock:
-                self.bar.update(chunks)
-
-    def source_done(self) -> None:
-        self.done += 1
-        if self.bar is not None:
-            with self._lock:
-                self._show_sources()
-
-    def _show_sources(self) -> None:
-        noun = "source" if self.sources == 1 else "sources"
-        self.bar.set_postfix_str(f"{self.done}/{self.sources} {noun}")
-
-
-def _print_windows(docs: Sequence[Document], out: TextIO) -> None:
-    mark: Callable[[str], str] = (
-        (lambda s: f"\x1b[1;33m{s}\x1b[0m") if out.isatty() else (lambda s: f"»{s}«")
-    )
-    for rank, doc in enumerate(docs, 1):
-        meta = doc.metadata
-        first, last = meta.get("first_chunk_index"), meta.get("last_chunk_index")
-        if first is None:
-            where = "unexpanded"
-        else:
-            where = f"chunk {first}" if first == last else f"chunks {first}-{last}"
-        span = (
-            f"  characters {meta['start_index']}-{meta['end_index']}" if "end_index" in meta else ""
-        )
-        hits = len(meta.get("hit_chunk_ids", []))
-        print(
-            f"[{rank}] {_short(meta.get('source', meta.get('file_id', '?')))}  {where}{span}  "
-            f"score {meta['score']:.3f}  {hits} hit{'s' * (hits != 1)}",
-            file=out,
-        )
-        print(_indent(_highlight(doc.page_content, meta.get("hit_spans", []), mark)), file=out)
-
-
-def _highlight(text: str, spans: Sequence[Sequence[int]], mark: Callable[[str], str]) -> str:
-    from window_retriever.evaluation import merge_spans
-
-    out, cursor = [], 0
-    for start, end in merge_spans((int(s), int(e)) for s, e in spans):
-        out += [text[cursor:start], mark(text[start:end])]
-        cursor = end
-    out.append(text[cursor:])
-    return "".join(out)
-
-
-def _as_json(rank: int, doc: Document) -> dict[str, Any]:
-    return {"rank": rank, "id": doc.id, "text": doc.page_content, "metadata": doc.metadata}
-
-
-def _short(source: str) -> str:
-    path = Path(source)
-    if path.is_absolute():
-        try:
-            return str(path.relative_to(Path.cwd()))
-        except ValueError:
-            return source
-    return source
-
-
-def _indent(text: str) -> str:
-    return "\n".join("    " + line for line in text.splitlines())
-
-
 def _one_line(error: BaseException) -> str:
-    said = _said(error.message) if isinstance(error, WindowRetrieverError) else str(error)
-    text = said.strip().splitlines()
+    words = said(error.message) if isinstance(error, WindowRetrieverError) else str(error)
+    text = words.strip().splitlines()
     message = text[0] if text else type(error).__name__
     if not isinstance(error, WindowRetrieverError):
         message = f"{type(error).__name__}: {message}"

@@ -490,7 +490,7 @@ def test_a_second_install_of_the_demo_replaces_the_first_ones_pages(
     first install's pages go, so a query does not return every window twice."""
     import shutil
 
-    from window_retriever._cli import bundled_pages
+    from window_retriever._commands import bundled_pages
 
     other = tmp_path / "other-install" / "pages"
     shutil.copytree(bundled_pages(), other)

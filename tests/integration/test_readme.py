@@ -24,7 +24,8 @@ from langchain_core.language_models.fake_chat_models import FakeListChatModel
 
 from tests.integration.conftest import PAGES, load_page
 from window_retriever import ContextWindowRetriever
-from window_retriever._cli import DEMO_QUESTION, main
+from window_retriever._cli import main
+from window_retriever._commands import DEMO_QUESTION
 
 ROOT = Path(__file__).parents[2]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]

@@ -22,7 +22,8 @@ from window_retriever import (
     open_store,
     sync_file,
 )
-from window_retriever._cli import FLAGS, _said, build_parser, main
+from window_retriever._cli import build_parser, main
+from window_retriever._commands import FLAGS, said
 from window_retriever._errors import (
     Command,
     CommandName,
@@ -90,7 +91,7 @@ def test_a_message_says_its_options_in_the_library_words_and_lists_them() -> Non
     error = ConfigurationError(Option("db", "/x", said="/x"), " is a file; ", message)
     assert str(error) == "/x is a file; wait (or pass wait=True); ingest first"
     assert error.options == ("db", "wait")
-    assert _said(error.message) == (
+    assert said(error.message) == (
         "--db /x is a file; wait (or pass --wait); run 'window-retriever ingest' first"
     )
     assert str(ConfigurationError("plain")) == "plain" and ConfigurationError("x").options == ()

@@ -67,6 +67,8 @@ HEAVY = {"bm25s", "chromadb", "langchain_chroma", "matplotlib", "onnxruntime", "
 """Third-party packages a retriever over a given store never needs."""
 LATER = {
     "window_retriever._cli",
+    "window_retriever._commands",
+    "window_retriever._terminal",
     "window_retriever._keyword",
     "window_retriever._pipeline",
     "window_retriever.citations",

@@ -58,7 +58,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "plotting",
     ),
     # the command line: nothing in the library imports it
-    "cli": ("_cli", "_interrupt", "_main", "__main__"),
+    "cli": ("_cli", "_commands", "_interrupt", "_main", "_terminal", "__main__"),
     # the public names, each imported on first use; no module imports the package back
     "front": ("",),
 }
