@@ -16,9 +16,12 @@ Three places cannot take it:
 it would be raised in is inside importlib, or in code that ``exec`` or ``eval`` runs from a
 string; a ``python -c`` program is a string too, but nothing called it) and takes back one dropped
 by the third. A helper thread then asks again every few milliseconds, and the interrupt is
-raised at the first line outside those places: imports take milliseconds, so Ctrl-C still ends
-the command at once. A second Ctrl-C while the first is put off ends the process there and
-then (an import that never ends must not hold it), as a shell's user expects.
+raised at the first line outside those places, once the outermost import running ends: a few
+milliseconds, or up to about two seconds while a command first imports Chroma and the
+embedding model. A second Ctrl-C while the first is put off, or after it was raised (while the
+command cleans up), ends the process there and then, as a shell's user expects: an import
+that never ends must not hold it, and a second interrupt inside the clean-up could end the
+process by a signal (seen: a crash of the embedding's threads).
 
 This module imports only the standard library's lightest modules: it is installed before
 anything else is imported.
@@ -68,25 +71,32 @@ class _Guard:
     def __init__(self, on_force: Callable[[], None]) -> None:
         self.on_force = on_force
         self.pending = False  # an interrupt is owed to the main thread
+        self.raised = False  # an interrupt was raised: the command is ending
         self.previous_hook = sys.unraisablehook
         self._previous_retry: Any = None
         self._retry_installed = False
         self._helper: threading.Thread | None = None
 
     def interrupt(self, signum: int, frame: FrameType | None) -> None:
-        """SIGINT: raise ``KeyboardInterrupt`` here if it is safe, else owe it."""
-        if self.pending:  # Ctrl-C again while the first is still put off
+        """SIGINT: raise ``KeyboardInterrupt`` here if it is safe, else owe it.
+
+        Ctrl-C again, while the first is put off or once it was raised (the command is
+        cleaning up), ends the process at once: a second interrupt inside that clean-up
+        could end it by a signal, or worse.
+        """
+        if self.pending or self.raised:
             self.on_force()
         self.retry(signum, frame)
 
     def retry(self, signum: int, frame: FrameType | None) -> None:
         """Raise an owed interrupt if ``frame`` can take it (also the helper's retry)."""
+        if signum == RETRY_SIGNAL and not self.pending:  # late, or sent from outside: not owed
+            return
         if unsafe(frame):
             self._owe()
             return
-        if signum == RETRY_SIGNAL and not self.pending:  # a retry after the raise: nothing owed
-            return
         self.pending = False
+        self.raised = True
         raise KeyboardInterrupt
 
     def unraisable(self, info: Any) -> None:
@@ -133,11 +143,15 @@ def _exit_now() -> None:
 def interrupts_where_safe(on_force: Callable[[], None] = _exit_now) -> Iterator[None]:
     """Within the block, Ctrl-C raises ``KeyboardInterrupt`` only where Python can take it.
 
-    Installed only from the main thread (where signal handlers live); anywhere else the block
-    runs with the handlers it has. ``on_force`` runs on a second Ctrl-C while the first is put
+    Installed only from the main thread (where signal handlers live), and not where SIGINT is
+    ignored (a shell script's ``command &``); otherwise the block runs with the handlers it
+    has. ``on_force`` runs on a second Ctrl-C while the first is put
     off; by default it prints the command's interrupted line and ends the process with 130.
     """
-    if threading.current_thread() is not threading.main_thread():
+    if (
+        threading.current_thread() is not threading.main_thread()
+        or signal.getsignal(signal.SIGINT) is signal.SIG_IGN  # `command &` in a script
+    ):
         yield
         return
     guard = _Guard(on_force)
@@ -149,3 +163,12 @@ def interrupts_where_safe(on_force: Callable[[], None] = _exit_now) -> Iterator[
         guard.close()
         signal.signal(signal.SIGINT, previous)
         sys.unraisablehook = guard.previous_hook
+
+
+def end_at_once_on_interrupt() -> None:
+    """From now on, Ctrl-C ends the process with 130 at once (an interrupted command ends)."""
+    if (
+        threading.current_thread() is threading.main_thread()
+        and signal.getsignal(signal.SIGINT) is not signal.SIG_IGN
+    ):
+        signal.signal(signal.SIGINT, lambda signum, frame: os._exit(130))

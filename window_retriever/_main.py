@@ -11,7 +11,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 
-from window_retriever._interrupt import interrupts_where_safe
+from window_retriever._interrupt import end_at_once_on_interrupt, interrupts_where_safe
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -20,7 +20,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             from window_retriever._cli import main as run
 
-            return run(argv)
+            status = run(argv)
         except KeyboardInterrupt:  # before the command handles it (importing, parsing)
             print("window-retriever: interrupted", file=sys.stderr)
-            return 130
+            status = 130
+    if status == 130:  # interrupted: one more Ctrl-C while Python shuts down ends it at once
+        end_at_once_on_interrupt()
+    return status

@@ -33,6 +33,8 @@ with interrupts_where_safe():
         print("interrupted", flush=True)
     time.sleep(0.1)  # no second interrupt comes once the first was raised
     print("done", flush=True)
+given_back = signal.getsignal(signal.SIGUSR2) is signal.SIG_DFL
+print("after", given_back, threading.active_count(), flush=True)
 sys.exit(130)
 """
 
@@ -66,7 +68,7 @@ def test_an_interrupt_during_an_import_comes_once_the_module_is_imported(tmp_pat
         """,
     )
     assert (tmp_path / "imported").exists(), done.stderr
-    assert done.stdout.splitlines() == ["interrupted", "done"], done.stderr
+    assert done.stdout.splitlines() == ["interrupted", "done", "after True 1"], done.stderr
     assert (done.returncode, done.stderr) == (130, "")
 
 
@@ -84,7 +86,7 @@ def test_an_interrupt_inside_exec_keeps_the_exit_status(tmp_path: Path) -> None:
         """,
     )
     assert (tmp_path / "executed").exists(), done.stderr
-    assert done.stdout.splitlines() == ["interrupted", "done"], done.stderr
+    assert done.stdout.splitlines() == ["interrupted", "done", "after True 1"], done.stderr
     assert done.returncode == 130  # not -2
 
 
@@ -103,7 +105,7 @@ def test_an_interrupt_a_finaliser_drops_is_raised_again_without_a_traceback(
         Dropped()
         """,
     )
-    assert done.stdout.splitlines() == ["interrupted", "done"], done.stderr
+    assert done.stdout.splitlines() == ["interrupted", "done", "after True 1"], done.stderr
     assert "Exception ignored" not in done.stderr
     assert done.stderr == ""
 
@@ -169,3 +171,104 @@ def test_a_retry_that_comes_after_the_interrupt_was_raised_is_ignored() -> None:
     with pytest.raises(KeyboardInterrupt):
         guard.retry(RETRY_SIGNAL, None)
     assert not guard.pending
+
+
+def test_a_late_retry_signal_inside_exec_raises_nothing(tmp_path: Path) -> None:
+    """A retry that comes after the interrupt was raised is not owed, wherever it lands."""
+    (tmp_path / "program.py").write_text(
+        textwrap.dedent(
+            """
+            import os, signal
+            from window_retriever._interrupt import interrupts_where_safe
+
+            with interrupts_where_safe():
+                try:  # the first Ctrl-C is put off inside exec, then raised after it
+                    exec("os.kill(os.getpid(), signal.SIGINT)\\nfor _ in range(99_999): pass")
+                    for _ in range(10_000_000):
+                        pass
+                except KeyboardInterrupt:
+                    print("interrupted", flush=True)
+                try:  # the helper's last retry, late, lands in exec'd code
+                    exec("os.kill(os.getpid(), signal.SIGUSR2)\\nfor _ in range(99_999): pass")
+                    for _ in range(1_000_000):
+                        pass
+                    print("no second interrupt", flush=True)
+                except KeyboardInterrupt:
+                    print("a second interrupt nobody sent", flush=True)
+            """
+        )
+    )
+    done = subprocess.run(
+        [sys.executable, "program.py"], cwd=tmp_path, capture_output=True, text=True, timeout=20
+    )
+    assert done.stdout.splitlines() == ["interrupted", "no second interrupt"], done.stderr
+
+
+def test_a_command_whose_parent_ignores_ctrl_c_ignores_it() -> None:
+    """``command &`` in a shell script starts it with SIGINT ignored; Python keeps that."""
+    ignored = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import os, signal, time\n"
+            "signal.signal(signal.SIGINT, signal.SIG_IGN)\n"
+            "from window_retriever._interrupt import interrupts_where_safe\n"
+            "with interrupts_where_safe():\n"
+            "    os.kill(os.getpid(), signal.SIGINT)\n"
+            "    time.sleep(0.2)\n"
+            "    print('still running', flush=True)\n",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=20,
+        check=False,
+    )
+    assert (ignored.returncode, ignored.stdout) == (0, "still running\n"), ignored.stderr
+
+
+def test_a_second_ctrl_c_during_the_clean_up_ends_the_process_at_once(tmp_path: Path) -> None:
+    """Raised inside the clean-up of the first, a second interrupt could end it by a signal."""
+    (tmp_path / "program.py").write_text(
+        textwrap.dedent(
+            """
+            import os, signal, time
+            from window_retriever._interrupt import interrupts_where_safe
+
+            with interrupts_where_safe():
+                try:
+                    os.kill(os.getpid(), signal.SIGINT)
+                    time.sleep(5)
+                except KeyboardInterrupt:
+                    print("cleaning up", flush=True)
+                    os.kill(os.getpid(), signal.SIGINT)
+                    time.sleep(5)
+                    print("cleaned up", flush=True)
+            """
+        )
+    )
+    began = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, "program.py"], cwd=tmp_path, capture_output=True, text=True, timeout=20
+    )
+    assert (done.returncode, done.stdout, done.stderr) == (
+        130,
+        "cleaning up\n",
+        "window-retriever: interrupted\n",
+    )
+    assert time.monotonic() - began < 4
+
+
+def test_once_interrupted_a_ctrl_c_while_python_shuts_down_ends_it_with_130() -> None:
+    program = (
+        "import os, signal, time\n"
+        "from window_retriever._interrupt import end_at_once_on_interrupt\n"
+        "end_at_once_on_interrupt()  # the command returned 130\n"
+        "os.kill(os.getpid(), signal.SIGINT)\n"
+        "time.sleep(5)\n"
+    )
+    began = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, "-c", program], capture_output=True, text=True, timeout=20, check=False
+    )
+    assert (done.returncode, done.stderr) == (130, "")  # not -2, and no traceback
+    assert time.monotonic() - began < 4
