@@ -29,6 +29,7 @@ anything else is imported.
 
 from __future__ import annotations
 
+import atexit
 import os
 import signal
 import sys
@@ -161,14 +162,27 @@ def interrupts_where_safe(on_force: Callable[[], None] = _exit_now) -> Iterator[
         yield
     finally:
         guard.close()
-        signal.signal(signal.SIGINT, previous)
+        if guard.raised:  # the command is ending: a Ctrl-C on its way, or one more, ends it
+            end_at_once_on_interrupt()
+        else:
+            signal.signal(signal.SIGINT, previous)
         sys.unraisablehook = guard.previous_hook
 
 
 def end_at_once_on_interrupt() -> None:
-    """From now on, Ctrl-C ends the process with 130 at once (an interrupted command ends)."""
+    """From now on, Ctrl-C ends the process with 130 at once (an interrupted command ends).
+
+    Until Python's last steps of shutting down, which reset every handler to the system's
+    default (a Ctrl-C then would end the process by SIGINT, not with 130): from the exit
+    callbacks on, Ctrl-C is ignored, which those steps keep.
+    """
     if (
         threading.current_thread() is threading.main_thread()
         and signal.getsignal(signal.SIGINT) is not signal.SIG_IGN
     ):
-        signal.signal(signal.SIGINT, lambda signum, frame: os._exit(130))
+        signal.signal(signal.SIGINT, _exit_at_once)
+        atexit.register(signal.signal, signal.SIGINT, signal.SIG_IGN)
+
+
+def _exit_at_once(signum: int, frame: FrameType | None) -> None:
+    os._exit(130)
