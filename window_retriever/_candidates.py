@@ -28,7 +28,7 @@ from window_retriever._protocol import Fetch, Found, Request, Search, SearchIds,
 from window_retriever._records import admit, placed, read_hit, read_hits, unique
 from window_retriever._windows import Chunk, Hit, Measure, Position
 
-Flow = Generator["Request | Call | Beside", Any, Any]
+Flow = Generator["Request | Call", Any, Any]
 
 
 @dataclass
@@ -233,19 +233,6 @@ class Call:
     arun: Callable[[], Awaitable[Any]]
 
 
-@dataclass(frozen=True, slots=True)
-class Beside:
-    """A store request and a :class:`Call` at the same time; the flow gets both answers.
-
-    The hybrid search asks for its two legs so: the keyword search runs while the store
-    embeds the query and searches (both release the GIL), in a thread of the sync driver or
-    gathered by the async one, and costs next to nothing on top.
-    """
-
-    request: Request
-    call: Call
-
-
 class HybridSearch(CandidateSource):
     """Vector and keyword (BM25) candidates, fused by reciprocal rank (``_fusion``).
 
@@ -276,8 +263,8 @@ class HybridSearch(CandidateSource):
     def survey(self, query: str, k: int, params: Params) -> Flow:
         """The vector leg as ids and distances of a wider pool; its first ``k`` are fused."""
         width = max(k, SURVEY_WIDTH)
-        search = SearchIds(query, width, params.filter, params.where_document)
-        found, keyword = yield Beside(search, self.keyword(query, k, params))
+        found = yield SearchIds(query, width, params.filter, params.where_document)
+        keyword: list[tuple[str, float]] = yield self.keyword(query, k, params)
         distances, bound = _survey_of(found)
         vector = list(dict.fromkeys(chunk_id for chunk_id, _ in found))[:k]
         fused = self._fuse(vector, keyword, k)
@@ -297,9 +284,8 @@ class HybridSearch(CandidateSource):
     def find(
         self, query: str, k: int, params: Params, *, embeddings: bool, defer: bool = False
     ) -> Flow:
-        found, keyword = yield Beside(
-            _search(query, k, params, measured=True), self.keyword(query, k, params)
-        )
+        found = yield _search(query, k, params, measured=True)
+        keyword: list[tuple[str, float]] = yield self.keyword(query, k, params)
         vector = {document.id or "": n for n, document in enumerate(found.documents)}
         fused = self._fuse(list(vector), keyword, k)
         documents = {document.id or "": document for document in found.documents}

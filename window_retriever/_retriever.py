@@ -10,11 +10,7 @@ async paths drive it and differ by one ``await``.
 
 from __future__ import annotations
 
-import asyncio
-import os
-import threading
 from collections.abc import Callable, Generator
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from langchain_core.callbacks import (
@@ -27,7 +23,6 @@ from pydantic import ConfigDict, Field, PrivateAttr, ValidationError, model_vali
 
 from window_retriever._adaptive import DEFAULT_COHERENCE
 from window_retriever._candidates import (
-    Beside,
     Call,
     CandidateSource,
     HybridSearch,
@@ -219,11 +214,7 @@ class ContextWindowRetriever(BaseRetriever):
                 request = flow.send(response)
             except StopIteration as done:
                 return done.value  # type: ignore[no-any-return]
-            if isinstance(request, Beside):
-                response = tuple(
-                    await asyncio.gather(aexecute(store, request.request), request.call.arun())
-                )
-            elif isinstance(request, Call):
+            if isinstance(request, Call):
                 response = await request.arun()
             else:
                 response = await aexecute(store, request)
@@ -256,7 +247,7 @@ class ContextWindowRetriever(BaseRetriever):
 
     def _flow(
         self, query: str, params: Params, store: WindowStore
-    ) -> Generator[Request | Call | Beside, Any, list[Document]]:
+    ) -> Generator[Request | Call, Any, list[Document]]:
         """The whole retrieval: candidates, then the strategy's fetch and selection."""
         if not isinstance(query, str):
             msg = f"the query must be a string, got {type(query).__name__}"
@@ -328,43 +319,12 @@ class ContextWindowRetriever(BaseRetriever):
         return adapted[1]
 
 
-def _run(flow: Generator[Request | Call | Beside, Any, Any], store: WindowStore) -> Any:
-    """Drive a flow of requests to its end, synchronously; return what it returns.
-
-    The call of a :class:`Beside` runs in a worker thread while this one asks the store.
-    """
+def _run(flow: Generator[Request | Call, Any, Any], store: WindowStore) -> Any:
+    """Drive a flow of requests to its end, synchronously; return what it returns."""
     response: Any = None
     while True:
         try:
             request = flow.send(response)
         except StopIteration as done:
             return done.value
-        if isinstance(request, Beside):
-            beside = _workers().submit(request.call.run)
-            response = (execute(store, request.request), beside.result())
-        elif isinstance(request, Call):
-            response = request.run()
-        else:
-            response = execute(store, request)
-
-
-_pool: ThreadPoolExecutor | None = None
-_pool_lock = threading.Lock()
-
-
-def _workers() -> ThreadPoolExecutor:
-    """The threads that run keyword searches beside the store's search (made on first use)."""
-    global _pool
-    with _pool_lock:
-        if _pool is None:
-            _pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="window-retriever")
-        return _pool
-
-
-def _forget_workers() -> None:
-    """A forked child has none of its parent's threads: it makes its own pool."""
-    global _pool, _pool_lock
-    _pool, _pool_lock = None, threading.Lock()
-
-
-os.register_at_fork(after_in_child=_forget_workers)
+        response = request.run() if isinstance(request, Call) else execute(store, request)

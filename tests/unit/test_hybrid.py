@@ -6,11 +6,7 @@ keyword leg finds is then plainly its doing.
 
 from __future__ import annotations
 
-import asyncio
 import math
-import subprocess
-import sys
-import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -29,7 +25,6 @@ from window_retriever import (
     WindowSplitter,
     add_chunks,
 )
-from window_retriever._chroma import ChromaWindowStore
 from window_retriever._fusion import fuse
 
 # ---- fusion on hand-made rankings -----------------------------------------------------------
@@ -293,86 +288,3 @@ def test_another_retrievers_hits_come_with_the_neighbours_in_one_fetch(
     assert docs and {d.metadata["tenant"] for d in docs} == {"tenant-a"}
     assert all(math.isfinite(score) for d in docs for score in d.metadata["hit_scores"])
     assert any(len(d.metadata["chunk_ids"]) > 1 for d in docs)
-
-
-@pytest.mark.parametrize("budget", [None, 800], ids=["static", "adaptive"])
-@pytest.mark.parametrize("driver", ["sync", "async"])
-def test_the_keyword_leg_runs_while_the_store_searches(
-    store: Chroma, monkeypatch: pytest.MonkeyPatch, budget: int | None, driver: str
-) -> None:
-    """The keyword search overlaps the vector search (and the query's embedding): one wait."""
-    started = threading.Event()
-    overlapped: list[bool] = []
-    keyword_search = ChromaWindowStore.keyword_search
-
-    def keyword(self: ChromaWindowStore, *args: Any) -> Any:
-        started.set()
-        return keyword_search(self, *args)
-
-    def waits_for_the_keyword_leg(method: Callable[..., Any]) -> Callable[..., Any]:
-        def search(self: ChromaWindowStore, request: Any) -> Any:
-            overlapped.append(started.wait(timeout=2))  # in turn, it would never start first
-            return method(self, request)
-
-        return search
-
-    hybrid = ContextWindowRetriever(
-        vectorstore=store, candidates="hybrid", total_budget=budget, k=2
-    )
-    hybrid.invoke("warm the keyword index")
-    monkeypatch.setattr(ChromaWindowStore, "keyword_search", keyword)
-    for name in ("search", "search_ids"):
-        monkeypatch.setattr(
-            ChromaWindowStore, name, waits_for_the_keyword_leg(getattr(ChromaWindowStore, name))
-        )
-    if driver == "sync":
-        docs = hybrid.invoke("max_retries_xq")
-    else:
-        docs = asyncio.run(hybrid.ainvoke("max_retries_xq"))
-    assert overlapped == [True]
-    assert any("max_retries_xq" in d.page_content for d in docs)
-
-
-def test_a_failing_keyword_leg_fails_the_query_and_the_next_one_works(
-    store: Chroma, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    hybrid = ContextWindowRetriever(vectorstore=store, total_budget=800)
-    keyword_search = ChromaWindowStore.keyword_search
-
-    def broken(self: ChromaWindowStore, *args: Any) -> Any:
-        raise RuntimeError("the keyword index is unreadable")
-
-    monkeypatch.setattr(ChromaWindowStore, "keyword_search", broken)
-    with pytest.raises(RuntimeError, match="keyword index is unreadable"):
-        hybrid.invoke("max_retries_xq")
-    monkeypatch.setattr(ChromaWindowStore, "keyword_search", keyword_search)
-    assert hybrid.invoke("max_retries_xq")
-
-
-FORKED = """
-import os, sys
-from window_retriever._retriever import _workers
-
-for _ in range(3):
-    assert _workers().submit(lambda: 7).result(timeout=5) == 7  # idle workers now
-pid = os.fork()
-if pid == 0:  # the child: exit 0 once a keyword leg's worker answers
-    answered = False
-    try:
-        answered = _workers().submit(lambda: 7).result(timeout=10) == 7
-    finally:
-        os._exit(0 if answered else 1)
-_, status = os.waitpid(pid, 0)
-sys.exit(os.waitstatus_to_exitcode(status))
-"""
-
-
-def test_a_forked_process_gets_its_own_worker_threads() -> None:
-    """A child forked after the parent's hybrid queries has none of the parent's workers.
-
-    In a fresh interpreter: a test process holds Chroma's threads, which no fork survives.
-    """
-    done = subprocess.run(
-        [sys.executable, "-c", FORKED], capture_output=True, text=True, timeout=60, check=False
-    )
-    assert done.returncode == 0, f"the forked child's worker never answered: {done.stderr}"
