@@ -247,18 +247,21 @@ def select_adaptive(
     )
 
     # Without diversity a hit is worth the same at every step: its candidate is made once.
-    own = {r: _relevance(hits[r], relevance) for r in ranked}
-    fixed = [_Candidate((-own[r], 0, r, 0), "hit", hits[r].chunk, own[r]) for r in ranked]
+    opening = [
+        _Candidate((-value, 0, r, 0), "hit", hits[r].chunk, value)
+        for r in ranked
+        for value in [_relevance(hits[r], relevance)]
+    ]
     while True:
         candidates: list[_Candidate] = []
-        for r, unused in zip(ranked, fixed, strict=True):
-            chunk = unused.chunk
+        for r, opener in zip(ranked, opening, strict=True):
+            chunk = opener.chunk
             if chunk.id in taken_ids or ("hit", chunk.id) in dropped:
                 continue
             if redundancy is not None and not _touching(chunk, taken):
-                value = unused.value - diversity * redundancy.of(r)
-                unused = _Candidate((-value, 0, r, 0), "hit", chunk, value)
-            candidates.append(unused)
+                value = opener.value - diversity * redundancy.of(r)
+                opener = _Candidate((-value, 0, r, 0), "hit", chunk, value)
+            candidates.append(opener)
         for run in runs:
             if run.chunks[0].position is None:
                 continue

@@ -1,7 +1,8 @@
 """The ``window-retriever`` command line: its arguments, and one line for every error.
 
-The commands themselves are in ``_commands``, what they print in ``_terminal``. Every error
-becomes one line on stderr and a non-zero exit status (``--debug`` shows the traceback). Exit
+The commands themselves are in ``_commands`` (with ``FLAGS`` and ``said``, which word a
+library message in flags), what they print in ``_terminal``. Every error becomes one line on
+stderr and a non-zero exit status (``--debug`` shows the traceback). Exit
 status: 0 success, 1 some sources failed to ingest, 2 bad usage or an error.
 """
 

@@ -176,10 +176,9 @@ def end_at_once_on_interrupt() -> None:
     default (a Ctrl-C then would end the process by SIGINT, not with 130): from the exit
     callbacks on, Ctrl-C is ignored, which those steps keep.
     """
-    if (
-        threading.current_thread() is threading.main_thread()
-        and signal.getsignal(signal.SIGINT) is not signal.SIG_IGN
-    ):
+    if threading.current_thread() is threading.main_thread() and signal.getsignal(
+        signal.SIGINT
+    ) not in (signal.SIG_IGN, _exit_at_once):
         signal.signal(signal.SIGINT, _exit_at_once)
         atexit.register(signal.signal, signal.SIGINT, signal.SIG_IGN)
 
