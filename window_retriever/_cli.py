@@ -30,6 +30,7 @@ from window_retriever._commands import (
 )
 from window_retriever._errors import WindowRetrieverError
 from window_retriever._headers import DEFAULT_HEADERS
+from window_retriever._interrupt import INTERRUPTED
 from window_retriever._open import (
     DEFAULT_COLLECTION,
     DEFAULT_DB,
@@ -51,7 +52,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.run(args))
     except KeyboardInterrupt:
-        print(f"{PROG}: interrupted", file=sys.stderr)
+        print(INTERRUPTED, file=sys.stderr)
         return 130
     except BrokenPipeError:  # `query ... | head`: the reader left; that is not an error
         with contextlib.suppress(OSError):

@@ -40,6 +40,8 @@ from contextlib import contextmanager
 from types import FrameType
 from typing import Any
 
+INTERRUPTED = "window-retriever: interrupted"
+"""The one line an interrupted command ends with, wherever the interrupt is caught."""
 RETRY_SECONDS = 0.005
 """How often a put-off interrupt is tried again."""
 RETRY_SIGNAL = signal.SIGUSR2
@@ -136,7 +138,7 @@ class _Guard:
 
 
 def _exit_now() -> None:
-    print("window-retriever: interrupted", file=sys.stderr, flush=True)
+    print(INTERRUPTED, file=sys.stderr, flush=True)
     os._exit(130)
 
 
@@ -146,8 +148,10 @@ def interrupts_where_safe(on_force: Callable[[], None] = _exit_now) -> Iterator[
 
     Installed only from the main thread (where signal handlers live), and not where SIGINT is
     ignored (a shell script's ``command &``); otherwise the block runs with the handlers it
-    has. ``on_force`` runs on a second Ctrl-C while the first is put
-    off; by default it prints the command's interrupted line and ends the process with 130.
+    has. ``on_force`` runs on a second Ctrl-C, while the first is put off or once it was raised;
+    by default it prints :data:`INTERRUPTED` and ends the process with 130. Once an interrupt
+    was raised, the block leaves Ctrl-C ending the process at once
+    (:func:`end_at_once_on_interrupt`).
     """
     if (
         threading.current_thread() is not threading.main_thread()

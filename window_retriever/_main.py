@@ -11,19 +11,16 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 
-from window_retriever._interrupt import end_at_once_on_interrupt, interrupts_where_safe
+from window_retriever._interrupt import INTERRUPTED, interrupts_where_safe
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; return the exit status (130 when interrupted)."""
-    with interrupts_where_safe():
+    with interrupts_where_safe():  # once interrupted, it leaves Ctrl-C ending the process
         try:
             from window_retriever._cli import main as run
 
-            status = run(argv)
+            return run(argv)
         except KeyboardInterrupt:  # before the command handles it (importing, parsing)
-            print("window-retriever: interrupted", file=sys.stderr)
-            status = 130
-    if status == 130:  # interrupted: one more Ctrl-C while Python shuts down ends it at once
-        end_at_once_on_interrupt()
-    return status
+            print(INTERRUPTED, file=sys.stderr)
+            return 130
