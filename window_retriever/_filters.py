@@ -182,6 +182,11 @@ def _leaf(key: str, operator: Any, operand: Any) -> Predicate:
         raise _UndecidableError
     if operator in ("$in", "$nin"):
         operands = _check_list(operand)
+        if _kind(operands[0]) == "str":  # the common case (tenants, sources), without _equal
+            strings = frozenset(operands)
+            if operator == "$in":
+                return lambda metadata: _string_in(metadata.get(key), strings)
+            return lambda metadata: not _string_in(metadata.get(key), strings)
         if operator == "$in":
             return lambda metadata: any(_equal(metadata.get(key, _MISSING), o) for o in operands)
         return lambda metadata: not any(_equal(metadata.get(key, _MISSING), o) for o in operands)
@@ -190,6 +195,10 @@ def _leaf(key: str, operator: Any, operand: Any) -> Predicate:
             raise _UndecidableError
         return lambda metadata: _compare(operator, metadata.get(key, _MISSING), operand)
     _check_scalar(operand)
+    if _kind(operand) == "str":  # as _equal decides it: equal strings only
+        if operator == "$eq":
+            return lambda metadata: _string_is(metadata.get(key), operand)
+        return lambda metadata: not _string_is(metadata.get(key), operand)
     if operator == "$eq":
         return lambda metadata: _equal(metadata.get(key, _MISSING), operand)
     return lambda metadata: not _equal(metadata.get(key, _MISSING), operand)
@@ -223,6 +232,14 @@ def _check_list(operand: Any) -> list[Any]:
     for item in operand:
         _check_scalar(item)
     return list(operand)
+
+
+def _string_is(value: Any, operand: str) -> bool:
+    return isinstance(value, str) and value == operand
+
+
+def _string_in(value: Any, operands: frozenset[str]) -> bool:
+    return isinstance(value, str) and value in operands
 
 
 def _equal(value: Any, operand: Any) -> bool:
