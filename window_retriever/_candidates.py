@@ -24,7 +24,7 @@ from window_retriever._filters import Predicate, compile_where
 from window_retriever._fusion import DEFAULT_WEIGHTS, Fused, fuse
 from window_retriever._ids import CHUNK_ID, make_chunk_id
 from window_retriever._params import Params
-from window_retriever._protocol import Fetch, Found, Request, Search, SearchIds, Space
+from window_retriever._protocol import Fetch, Found, Indexed, Request, Search, SearchIds, Space
 from window_retriever._records import admit, placed, read_hit, read_hits, unique
 from window_retriever._windows import Chunk, Hit, Measure, Position
 
@@ -101,6 +101,10 @@ class Survey:
     """The farthest distance in the pool: every chunk outside it is at least this far (the
     approximate index aside), and is measured at it."""
     fused: bool = False
+    indexed: Callable[[Sequence[str]], Indexed | None] | None = None
+    """The lengths and metadata the process already holds of chunks, by id (the keyword
+    index's: see ``WindowStore.indexed``), or ``None``: selection may then come before the
+    read (``_strategies.Adaptive``)."""
 
     def distance(self, chunk_id: str) -> float:
         """A chunk's distance to the query: its own in the pool, else the pool's bound."""
@@ -241,7 +245,9 @@ class HybridSearch(CandidateSource):
     stored vectors, so every hit has its true distance to the query and ``score`` keeps its
     meaning (the minimum distance of a window's hits); each hit's ``ranks`` say which legs
     found it and where. A :meth:`survey` reads no vector: a keyword hit beyond the vector
-    leg's pool is measured at the pool's farthest distance.
+    leg's pool is measured at the pool's farthest distance. ``indexed`` (the store's
+    :meth:`~window_retriever._protocol.WindowStore.indexed`) comes with the survey: the keyword
+    index the keyword leg just read holds every chunk's length and metadata.
     """
 
     def __init__(
@@ -250,10 +256,12 @@ class HybridSearch(CandidateSource):
         weights: Mapping[str, float] = DEFAULT_WEIGHTS,
         *,
         locates: bool = False,
+        indexed: Callable[[Sequence[str]], Indexed | None] | None = None,
     ) -> None:
         self.keyword = keyword
         self.weights = weights
         self.surveys = locates
+        self.indexed = indexed
 
     def _fuse(self, vector: list[str], keyword: list[tuple[str, float]], k: int) -> list[Fused]:
         """The first ``k`` of the two legs' ids fused by reciprocal rank."""
@@ -279,7 +287,7 @@ class HybridSearch(CandidateSource):
             )
             for item in fused
         ]
-        return Survey(hits, distances, bound, fused=True)
+        return Survey(hits, distances, bound, fused=True, indexed=self.indexed)
 
     def find(
         self, query: str, k: int, params: Params, *, embeddings: bool, defer: bool = False

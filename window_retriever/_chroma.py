@@ -30,6 +30,7 @@ from window_retriever._protocol import (
     Fetch,
     Found,
     IdHits,
+    Indexed,
     Record,
     Search,
     SearchIds,
@@ -99,6 +100,14 @@ class ChromaWindowStore(WindowStore, AsyncWindowStore):
         return KeywordIndex.for_source(self._keywords()).search(
             query, k, where=where, where_document=where_document
         )
+
+    def indexed(self, ids: Sequence[str]) -> Indexed | None:
+        """Lengths and metadata from the collection's keyword index, once a search built it."""
+        if self._keyword_source is None:  # no keyword search yet: no index to ask
+            return None
+        from window_retriever._keyword import KeywordIndex
+
+        return KeywordIndex.for_source(self._keyword_source).indexed(ids)
 
     def space(self) -> Space:
         """The collection's distance space, as Chroma configures it (``"l2"`` by default)."""

@@ -107,8 +107,9 @@ FOLDER = "window_retriever_keyword"
 PAGE_SIZE = 5000
 """Records read per ``get`` while building (Chroma caps a batch at 5,461 on this machine)."""
 
-FORMAT = 1
-"""The saved index's layout; another value (or other tokenizer settings) means rebuild."""
+FORMAT = 2
+"""The saved index's layout; another value (or other tokenizer settings) means rebuild (2: with
+each chunk's length)."""
 
 _TOKENIZER = {"stopwords": "en", "stemmer": "english", "lower": True, "pattern": r"(?u)\b\w\w+\b"}
 _BM25 = {"method": "lucene", "k1": 1.5, "b": 0.75}
@@ -194,6 +195,7 @@ class _Snapshot:
     metadatas: list[Mapping[str, Any]]
     model: Any  # bm25s.BM25 over the rows that hold at least one token, or None
     rows: np.ndarray  # model document -> row in ``ids``
+    lengths: np.ndarray | None = None  # each row's text length in characters (int32)
     masks: OrderedDict[bytes, np.ndarray] = field(default_factory=OrderedDict)
     row_of: dict[str, int] | None = None
     dense: dict[int, np.ndarray] | None = None
@@ -387,6 +389,24 @@ class KeywordIndex:
         """Check the collection now (whatever ``check_interval`` says) and rebuild if it changed."""
         self._checked_at = -math.inf
         self._current()
+
+    def indexed(self, ids: Sequence[str]) -> dict[str, tuple[int, Mapping[str, Any]]] | None:
+        """Each id's text length (characters) and metadata, as the last check found them.
+
+        Read from the snapshot the last search used, with no call to the store and no check
+        (so as stale as that search: see the module docstring); ids it does not hold are left
+        out. ``None`` before the first search.
+        """
+        snapshot = self._snapshot
+        if snapshot is None or snapshot.lengths is None:
+            return None
+        row_of, lengths, metadatas = snapshot.row_index(), snapshot.lengths, snapshot.metadatas
+        found: dict[str, tuple[int, Mapping[str, Any]]] = {}
+        for chunk_id in ids:
+            row = row_of.get(chunk_id)
+            if row is not None:
+                found[chunk_id] = (int(lengths[row]), metadatas[row])
+        return found
 
     def __len__(self) -> int:
         """How many chunks the current snapshot holds (checks the collection if due)."""
@@ -616,12 +636,15 @@ def _index(
     ids = [ids[i] for i in order]
     metadatas = [metadatas[i] for i in order]
     tokens = _tokenize([documents[i] for i in order]) if ids else []
+    lengths = np.array([len(documents[i]) for i in order], dtype=np.int32)
     rows = np.array([row for row, words in enumerate(tokens) if words], dtype=np.int64)
     model = None
     if len(rows):
         model = bm25s.BM25(**_BM25)
         model.index([tokens[row] for row in rows.tolist()], show_progress=False)
-    return _Snapshot(fingerprint, ids, metadatas, model, rows)
+    snapshot = _Snapshot(fingerprint, ids, metadatas, model, rows, lengths)
+    snapshot.row_index()  # here, in the thread that builds: ``indexed`` may run on an event loop
+    return snapshot
 
 
 # ---- saved beside an embedded store ---------------------------------------------------------
@@ -643,7 +666,12 @@ def _save(target: Path, snapshot: _Snapshot) -> None:
             snapshot.model.save(str(temporary / "bm25"), show_progress=False)
         (temporary / "rows.json").write_bytes(
             orjson.dumps(
-                {"ids": snapshot.ids, "metadatas": snapshot.metadatas, "rows": snapshot.rows},
+                {
+                    "ids": snapshot.ids,
+                    "metadatas": snapshot.metadatas,
+                    "rows": snapshot.rows,
+                    "lengths": snapshot.lengths,
+                },
                 option=orjson.OPT_SERIALIZE_NUMPY,
             )
         )
@@ -674,10 +702,15 @@ def _load(target: Path, fingerprint: Fingerprint) -> _Snapshot | None:
             return None
         saved = orjson.loads((target / "rows.json").read_bytes())
         rows = np.array(saved["rows"], dtype=np.int64)
+        lengths = np.array(saved["lengths"], dtype=np.int32)
+        if len(lengths) != len(saved["ids"]):
+            return None
         model = None
         if len(rows):
             model = bm25s.BM25.load(str(target / "bm25"), show_progress=False)
     except (OSError, ValueError, KeyError) as error:  # none saved, or replaced while read
         logger.debug("no saved keyword index at %s: %s", target, error)
         return None
-    return _Snapshot(fingerprint, saved["ids"], saved["metadatas"], model, rows)
+    snapshot = _Snapshot(fingerprint, saved["ids"], saved["metadatas"], model, rows, lengths)
+    snapshot.row_index()  # as in ``_index``
+    return snapshot

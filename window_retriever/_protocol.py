@@ -133,6 +133,9 @@ class Found:
 
 Response = Found | IdHits
 
+Indexed = Mapping[str, tuple[int, Mapping[str, Any]]]
+"""The answer of :meth:`WindowStore.indexed`: chunk id -> (text length in characters, metadata)."""
+
 
 @dataclass(frozen=True, slots=True)
 class Record:
@@ -206,6 +209,18 @@ class WindowStore(ABC):
         over exactly the chunks stored (only if ``supports_keyword_search``).
         """
         raise NotImplementedError(_lacks(self, "keyword_search"))
+
+    def indexed(self, ids: Sequence[str]) -> Indexed | None:
+        """What this process already holds of these chunks, without a call to the store.
+
+        Each id's text length (in characters) and metadata, as an in-process index (the
+        keyword index) last read them; ids it does not hold are left out. ``None`` (the
+        default) when nothing is held. Adaptive selection then chooses before it reads and
+        reads only the chunks chosen; it checks each one read against what this said (its
+        length, offset and version, and the caller's filter), and reads the usual way when one
+        differs, so a stale answer costs a read, never a wrong or hidden chunk.
+        """
+        return None
 
     # ---- writes (ingestion) ----------------------------------------------------------------
 

@@ -80,8 +80,14 @@ def unique(hits: Sequence[Hit]) -> list[Hit]:
 
 def read_chunk(document: Document) -> tuple[Chunk, str | None]:
     """Read a stored document as a chunk; say what is wrong if it cannot grow into a window."""
-    metadata = document.metadata
-    store_id = document.id or metadata.get(CHUNK_ID) or ""
+    return read_record(document.id, document.page_content, document.metadata)
+
+
+def read_record(
+    document_id: str | None, text: str, metadata: Mapping[str, Any]
+) -> tuple[Chunk, str | None]:
+    """:func:`read_chunk` of a document's three parts: its id, its text and its metadata."""
+    store_id = document_id or metadata.get(CHUNK_ID) or ""
     file_id, index = metadata.get(FILE_ID), metadata.get(CHUNK_INDEX)
     start = metadata.get(START_INDEX)
     version = metadata.get(FILE_VERSION)
@@ -91,18 +97,18 @@ def read_chunk(document: Document) -> tuple[Chunk, str | None]:
             f"chunk {store_id!r} has no integer 'chunk_index' and string 'file_id' metadata "
             "(was it split by WindowSplitter?)"
         )
-    elif document.id is not None and document.id != make_chunk_id(file_id, index):
+    elif document_id is not None and document_id != make_chunk_id(file_id, index):
         problem = (
-            f"chunk {document.id!r} is not stored under its chunk_id "
+            f"chunk {document_id!r} is not stored under its chunk_id "
             f"{make_chunk_id(file_id, index)!r}, so its neighbours cannot be found; add chunks "
             "with ids=[c.metadata['chunk_id'] for c in chunks] or window_retriever.add_chunks"
         )
     if problem is not None or not isinstance(file_id, str) or not isinstance(index, int):
-        return Chunk(id=store_id, text=document.page_content, metadata=metadata), problem
+        return Chunk(id=store_id, text=text, metadata=metadata), problem
     return (
         Chunk(
             id=make_chunk_id(file_id, index),
-            text=document.page_content,
+            text=text,
             file_id=file_id,
             index=index,
             start=start if _is_offset(start) else None,

@@ -270,7 +270,12 @@ class ContextWindowRetriever(BaseRetriever):
             return VectorSearch(locates=store.supports_search_ids)
         if choice == "hybrid":
             weights = {"vector": 1.0, "keyword": params.keyword_weight}
-            return HybridSearch(self._keyword(store), weights, locates=store.supports_search_ids)
+            return HybridSearch(
+                self._keyword(store),
+                weights,
+                locates=store.supports_search_ids,
+                indexed=store.indexed,
+            )
         if choice == "keyword":
             return HybridSearch(self._keyword(store), {"vector": 0.0, "keyword": 1.0})
         embedder = store.embeddings

@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 
 from langchain_core.documents import Document
 
@@ -34,15 +35,18 @@ from window_retriever._candidates import (
 )
 from window_retriever._ids import make_chunk_id
 from window_retriever._params import Params
-from window_retriever._records import once, to_document
+from window_retriever._protocol import Fetch, Indexed
+from window_retriever._records import once, placed, read_chunk, read_record, to_document
 from window_retriever._windows import (
     Assembly,
+    Chunk,
     Hit,
     Measure,
     Position,
     Window,
     assemble,
     fit_total,
+    join_texts,
     plan_fetch,
     plan_needs,
     plan_positions,
@@ -153,10 +157,84 @@ class Adaptive(_Budgeted):
             return (yield from super().run(query, params, source))
         if survey.hits and math.isinf(survey.bound):  # keyword hits only: nothing to measure by
             return (yield from super().run(query, params, source))
-        documents: list[Document] | None = yield from self._surveyed(survey, params)
+        documents: list[Document] | None = yield from self._chosen_first(survey, params)
+        if documents is None:  # nothing held to choose by, or a chunk read differs from it
+            documents = yield from self._surveyed(survey, params)
         if documents is None:  # a hit is not where its id says: read it the usual way
             return (yield from super().run(query, params, source))
         return documents
+
+    def _chosen_first(self, survey: Survey, params: Params) -> Flow:
+        """Select on the lengths the process holds (``Survey.indexed``); read only the chosen.
+
+        The keyword index holds every chunk's length and metadata, so the hits and the
+        neighbours :meth:`_surveyed` would read stand in for themselves (a text of the same
+        length: the budgets measure characters) and the selection is made before the fetch,
+        exactly as it would be made after it; the fetch then reads about five chunks where
+        :meth:`_surveyed` reads every one the selection might measure (nearly fifty). Each
+        chunk read is checked against what stood in for it (its position, offset, version and
+        length, and the caller's filter); where one differs (written since the index was
+        read), ``None`` is returned and the caller reads the usual way, so a stale index costs
+        a read, never a changed or hidden chunk. Chunks the index does not hold are gaps, as a
+        chunk absent from a fetch is.
+
+        Return the documents, or ``None`` (nothing held, a length function other than ``len``,
+        a filter only the store can decide, a hit the index does not hold, or a changed chunk).
+        """
+        neighbours = Neighbours(params)
+        predicate = neighbours.predicate
+        if survey.indexed is None or params.length_function is not len or predicate is None:
+            return None
+        held = survey.indexed([hit.chunk.id for hit in survey.hits])
+        if held is None:
+            return None
+        hits: list[Hit] = []
+        for hit in survey.hits:
+            stand_in = _stand_in(hit.chunk.id, held)
+            if stand_in is None or stand_in.position != hit.chunk.position:
+                return None  # not indexed yet, or not where its id says: read it
+            hits.append(replace(hit, chunk=stand_in))  # the search applied the filter
+        total = params.total_budget
+        assert total is not None  # noqa: S101 - strategy_for checked
+        measure = Measure(params.length_function)
+        hits, chunks = placed(hits)
+        pool = Pool(hits, chunks, fused=survey.fused)
+        planned = {
+            make_chunk_id(*position): position
+            for position in self.plan(pool, params, measure)
+            if position not in chunks
+        }
+        held = survey.indexed(list(planned)) or {}
+        for chunk_id, position in planned.items():
+            stand_in = _stand_in(chunk_id, held)
+            if (
+                stand_in is not None
+                and stand_in.position == position
+                and predicate(stand_in.metadata)
+            ):
+                chunks[position] = stand_in  # else a gap, as where the fetch finds none
+        pool.hits = _floor_surveyed(pool.hits, params.floor, survey)
+        values = {hit.chunk.id: -hit.distance for hit in pool.hits}
+        for chunk in chunks.values():
+            values.setdefault(chunk.id, -survey.distance(chunk.id))
+        values = _fused_order(values, pool.hits) if pool.fused else values
+        windows, over = self._choose(pool, values, params, measure)
+        chosen = {chunk.id: chunk for window in windows for chunk in window.chunks}
+        if not chosen:
+            return []
+        found = yield Fetch(list(chosen), neighbours.where, neighbours.where_document)
+        read: dict[str, Chunk] = {}
+        for document in found.documents:
+            stand_in = chosen.get(document.id or "")
+            if stand_in is None or not predicate(document.metadata):
+                continue
+            chunk, problem = read_chunk(document)
+            if problem is None and _same_shape(chunk, stand_in):
+                read[chunk.id] = chunk
+        if len(read) < len(chosen):
+            return None  # gone, hidden or changed since the index read it: read the usual way
+        self.lengths.learn(measure, read.values())
+        return _documents([_read_window(window, read) for window in windows], over, total, params)
 
     def _surveyed(self, survey: Survey, params: Params) -> Flow:
         """Read every hit with the neighbours it may grow to, in one fetch; select.
@@ -237,6 +315,33 @@ def _documents(windows: list[Window], over: bool, total: int, params: Params) ->
     if not over:
         windows = fit_total(windows, total, params.length_function)
     return once([to_document(window, over_budget=over) for window in windows])
+
+
+def _stand_in(chunk_id: str, held: Indexed) -> Chunk | None:
+    """The chunk the index holds under ``chunk_id``, with a blank text of its length; or None."""
+    entry = held.get(chunk_id)
+    if entry is None:
+        return None
+    length, metadata = entry
+    chunk, problem = read_record(chunk_id, " " * length, metadata)
+    return chunk if problem is None else None
+
+
+def _same_shape(chunk: Chunk, stand_in: Chunk) -> bool:
+    """A chunk read is what stood in for it: the same place, offset, version and length."""
+    return (
+        chunk.position == stand_in.position
+        and chunk.start == stand_in.start
+        and chunk.version == stand_in.version
+        and len(chunk.text) == len(stand_in.text)
+    )
+
+
+def _read_window(window: Window, read: Mapping[str, Chunk]) -> Window:
+    """``window`` with the chunks read in place of their stand-ins."""
+    chunks = tuple(read[chunk.id] for chunk in window.chunks)
+    hits = tuple(replace(hit, chunk=read[hit.chunk.id]) for hit in window.hits)
+    return Window(chunks=chunks, hits=hits, text=join_texts(chunks))
 
 
 def _floor_surveyed(hits: list[Hit], floor: float | None, survey: Survey) -> list[Hit]:

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import chromadb
+import orjson
 import pytest
 from chromadb.api.models.Collection import Collection
 from hypothesis import given, settings
@@ -336,6 +337,52 @@ def test_a_saved_index_is_rebuilt_when_the_collection_changed(tmp_path: Path, re
     assert (index.builds, index.loads, reads.documents) == (1, 0, 2)
     saved = list((tmp_path / FOLDER).iterdir())
     assert [p.name for p in saved] == [str(store._collection.id)]  # replaced, nothing left over
+
+
+def test_indexed_gives_each_held_chunk_s_length_and_metadata_without_a_store_call(
+    make_store: Callable[..., Chroma], reads: Reads
+) -> None:
+    texts = [*FILLER, OPTION, "café naïve ünïcode"]  # lengths in characters, not bytes
+    store = store_with(make_store, chunks(texts, tenant="a"))
+    index = keyword_index(store)
+    assert index.indexed(["doc:0"]) is None  # nothing built before the first search
+    index.search("adapter", k=3)
+    before = reads.documents
+
+    held = index.indexed(["doc:8", "doc:9", "doc:99", "doc:0"])
+
+    assert reads.documents == before  # from memory
+    assert held is not None and set(held) == {"doc:8", "doc:9", "doc:0"}  # "doc:99" left out
+    stored = store._collection.get(ids=list(held), include=["documents", "metadatas"])
+    rows = zip(stored["ids"], stored["documents"], stored["metadatas"], strict=True)
+    for chunk_id, text, metadata in rows:
+        assert held[chunk_id] == (len(text), metadata)
+    assert held["doc:9"][0] == len("café naïve ünïcode")
+
+
+def test_a_saved_index_keeps_the_lengths_and_one_saved_without_them_is_rebuilt(
+    tmp_path: Path,
+) -> None:
+    store = disk_store(tmp_path)
+    store.add_documents(chunks([*FILLER, OPTION]), ids=[f"doc:{i}" for i in range(9)])
+    keyword_index(store).search("adapter", k=3)
+    KeywordIndex._shared.clear()
+    loaded = keyword_index(disk_store(tmp_path))
+    loaded.search("adapter", k=3)
+    assert (loaded.builds, loaded.loads) == (0, 1)
+    assert loaded.indexed(["doc:8"]) == {"doc:8": (len(OPTION), {"chunk_index": 8})}
+
+    saved = tmp_path / FOLDER / str(store._collection.id)
+    state = orjson.loads((saved / "state.json").read_bytes())
+    rows = orjson.loads((saved / "rows.json").read_bytes())
+    del rows["lengths"]  # as the first format saved it
+    (saved / "rows.json").write_bytes(orjson.dumps(rows))
+    (saved / "state.json").write_bytes(orjson.dumps({**state, "format": 1}))
+    KeywordIndex._shared.clear()
+    rebuilt = keyword_index(disk_store(tmp_path))
+    rebuilt.search("adapter", k=3)
+    assert (rebuilt.builds, rebuilt.loads) == (1, 0)
+    assert rebuilt.indexed(["doc:8"]) == {"doc:8": (len(OPTION), {"chunk_index": 8})}
 
 
 def test_a_damaged_saved_index_is_rebuilt(tmp_path: Path) -> None:

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, ClassVar
 
 from window_retriever._stores import (
     Fetch,
     Found,
     IdHits,
+    Indexed,
     Search,
     SearchIds,
     Where,
@@ -41,6 +43,10 @@ class CountingStore(WindowStore):
     ) -> IdHits:
         """Search the wrapped store's keyword index (not a store call: not counted)."""
         return self.store.keyword_search(query, k, where, where_document)
+
+    def indexed(self, ids: Sequence[str]) -> Indexed | None:
+        """What the wrapped store holds in this process (not a store call: not counted)."""
+        return self.store.indexed(ids)
 
     def count(self) -> int:
         """The calls so far."""
