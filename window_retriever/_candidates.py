@@ -16,7 +16,7 @@ from abc import ABC, abstractmethod
 from collections import deque
 from collections.abc import Awaitable, Callable, Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Protocol
 
 from langchain_core.documents import Document
 
@@ -83,6 +83,16 @@ the farthest of them. At 100 the default's coverage on the two dev sets is uncha
 decimals but for one LoCoMo question (at 20 it fell by up to 0.023); see docs/benchmarks.md."""
 
 
+class Held(Protocol):
+    """Chunks' lengths and metadata held in the process: the two methods of ``WindowStore``."""
+
+    def indexed(self, ids: Sequence[str]) -> Indexed | None:
+        """See ``WindowStore.indexed``."""
+
+    def reindex(self, read: Indexed) -> None:
+        """See ``WindowStore.reindex``."""
+
+
 @dataclass
 class Survey:
     """A lean search for adaptive selection: hits known by id, and a wider pool's distances.
@@ -101,10 +111,9 @@ class Survey:
     """The farthest distance in the pool: every chunk outside it is at least this far (the
     approximate index aside), and is measured at it."""
     fused: bool = False
-    indexed: Callable[[Sequence[str]], Indexed | None] | None = None
-    """The lengths and metadata the process already holds of chunks, by id (the keyword
-    index's: see ``WindowStore.indexed``), or ``None``: selection may then come before the
-    read (``_strategies.Adaptive``)."""
+    held: Held | None = None
+    """What the process already holds of the chunks (the keyword index's lengths and
+    metadata), or ``None``: with it, selection comes before the read (``_strategies.Adaptive``)."""
 
     def distance(self, chunk_id: str) -> float:
         """A chunk's distance to the query: its own in the pool, else the pool's bound."""
@@ -245,9 +254,9 @@ class HybridSearch(CandidateSource):
     stored vectors, so every hit has its true distance to the query and ``score`` keeps its
     meaning (the minimum distance of a window's hits); each hit's ``ranks`` say which legs
     found it and where. A :meth:`survey` reads no vector: a keyword hit beyond the vector
-    leg's pool is measured at the pool's farthest distance. ``indexed`` (the store's
-    :meth:`~window_retriever._protocol.WindowStore.indexed`) comes with the survey: the keyword
-    index the keyword leg just read holds every chunk's length and metadata.
+    leg's pool is measured at the pool's farthest distance. ``held`` (the store) comes with
+    the survey: the keyword index the keyword leg reads holds every chunk's length and
+    metadata (``WindowStore.indexed``).
     """
 
     def __init__(
@@ -256,12 +265,12 @@ class HybridSearch(CandidateSource):
         weights: Mapping[str, float] = DEFAULT_WEIGHTS,
         *,
         locates: bool = False,
-        indexed: Callable[[Sequence[str]], Indexed | None] | None = None,
+        held: Held | None = None,
     ) -> None:
         self.keyword = keyword
         self.weights = weights
         self.surveys = locates
-        self.indexed = indexed
+        self.held = held
 
     def _fuse(self, vector: list[str], keyword: list[tuple[str, float]], k: int) -> list[Fused]:
         """The first ``k`` of the two legs' ids fused by reciprocal rank."""
@@ -287,7 +296,7 @@ class HybridSearch(CandidateSource):
             )
             for item in fused
         ]
-        return Survey(hits, distances, bound, fused=True, indexed=self.indexed)
+        return Survey(hits, distances, bound, fused=True, held=self.held)
 
     def find(
         self, query: str, k: int, params: Params, *, embeddings: bool, defer: bool = False

@@ -102,12 +102,19 @@ class ChromaWindowStore(WindowStore, AsyncWindowStore):
         )
 
     def indexed(self, ids: Sequence[str]) -> Indexed | None:
-        """Lengths and metadata from the collection's keyword index, once a search built it."""
+        """Lengths and metadata from the collection's keyword index, once it was built or loaded."""
         if self._keyword_source is None:  # no keyword search yet: no index to ask
             return None
         from window_retriever._keyword import KeywordIndex
 
         return KeywordIndex.for_source(self._keyword_source).indexed(ids)
+
+    def reindex(self, read: Indexed) -> None:
+        """Correct the keyword index's lengths and metadata (``KeywordIndex.reindex``)."""
+        if self._keyword_source is not None:
+            from window_retriever._keyword import KeywordIndex
+
+            KeywordIndex.for_source(self._keyword_source).reindex(read)
 
     def space(self) -> Space:
         """The collection's distance space, as Chroma configures it (``"l2"`` by default)."""

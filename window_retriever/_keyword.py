@@ -10,7 +10,9 @@ module ranks with ``bm25s`` (numpy only) beside the store, never as a separate s
   it (``window_retriever._chroma.ChromaKeywordSource``), and this module imports no Chroma;
 - one shared :class:`KeywordIndex` per collection per process (:meth:`KeywordIndex.for_source`);
 - built from the collection's own documents, read in pages (English stop words, the Snowball
-  English stemmer, ``bm25s``' default Lucene BM25 with ``k1=1.5``, ``b=0.75``);
+  English stemmer, ``bm25s``' default Lucene BM25 with ``k1=1.5``, ``b=0.75``), keeping each
+  chunk's metadata and text length (:meth:`KeywordIndex.indexed`: adaptive selection chooses
+  by them before it reads, see ``_strategies.Adaptive``);
 - beside an embedded store, saved under ``<persist_directory>/window_retriever_keyword/
   <collection id>/`` (written in a temporary folder, then renamed into place) so that a new
   process loads it instead of rebuilding when the collection has not changed; on a Chroma
@@ -55,6 +57,11 @@ returns zero-scored rows to fill ``k``.
 
 A chunk deleted by another process can come back from a stale index for at most the bound
 above; the retriever fetches every candidate by id afterwards, so such an id finds nothing.
+The lengths and metadata :meth:`KeywordIndex.indexed` gives adaptive selection are as stale as
+the index: every chunk chosen is read and checked, so a stale entry costs a fetch (and is then
+corrected by :meth:`KeywordIndex.reindex`), never an old text or a hidden chunk; an entry of a
+chunk not chosen can only change which neighbours a window takes. After a write that keeps the
+count and bypasses this library, that lasts until the next :meth:`KeywordIndex.invalidate`.
 
 Cost (measured 2026-12-01, 2 shared cores, synthetic 400-character chunks)
 -------------------------------------------------------------------------
@@ -114,6 +121,7 @@ each chunk's length)."""
 _TOKENIZER = {"stopwords": "en", "stemmer": "english", "lower": True, "pattern": r"(?u)\b\w\w+\b"}
 _BM25 = {"method": "lucene", "k1": 1.5, "b": 0.75}
 _MASKS_KEPT = 16
+_READ_KEPT = 65_536
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,6 +204,8 @@ class _Snapshot:
     model: Any  # bm25s.BM25 over the rows that hold at least one token, or None
     rows: np.ndarray  # model document -> row in ``ids``
     lengths: np.ndarray | None = None  # each row's text length in characters (int32)
+    read: dict[str, tuple[int, Mapping[str, Any]]] = field(default_factory=dict)
+    """Chunks read since the build that differed from it (``KeywordIndex.reindex``)."""
     masks: OrderedDict[bytes, np.ndarray] = field(default_factory=OrderedDict)
     row_of: dict[str, int] | None = None
     dense: dict[int, np.ndarray] | None = None
@@ -391,22 +401,42 @@ class KeywordIndex:
         self._current()
 
     def indexed(self, ids: Sequence[str]) -> dict[str, tuple[int, Mapping[str, Any]]] | None:
-        """Each id's text length (characters) and metadata, as the last check found them.
+        """Each id's text length (characters) and metadata, as this index holds them.
 
-        Read from the snapshot the last search used, with no call to the store and no check
-        (so as stale as that search: see the module docstring); ids it does not hold are left
-        out. ``None`` before the first search.
+        Read from the current snapshot with no call to the store and no check (so as stale as
+        the last check: see the module docstring), with what :meth:`reindex` corrected since
+        it was built; ids it does not hold are left out. ``None`` before the first search.
         """
         snapshot = self._snapshot
         if snapshot is None or snapshot.lengths is None:
             return None
         row_of, lengths, metadatas = snapshot.row_index(), snapshot.lengths, snapshot.metadatas
+        corrected = snapshot.read
         found: dict[str, tuple[int, Mapping[str, Any]]] = {}
         for chunk_id in ids:
+            entry = corrected.get(chunk_id) if corrected else None
+            if entry is not None:
+                found[chunk_id] = entry
+                continue
             row = row_of.get(chunk_id)
             if row is not None:
                 found[chunk_id] = (int(lengths[row]), metadatas[row])
         return found
+
+    def reindex(self, read: Mapping[str, tuple[int, Mapping[str, Any]]]) -> None:
+        """Hold these chunks as just read: their length and metadata, until the next build.
+
+        For a chunk rewritten in place without :meth:`invalidate` (the fingerprint does not
+        change, so no check rebuilds): :meth:`indexed` then answers what the store holds, and
+        adaptive selection stops reading it twice. The BM25 ranking is not changed (its
+        terms are the build's). At most :data:`_READ_KEPT` chunks are held so.
+        """
+        snapshot = self._snapshot
+        if snapshot is None:
+            return
+        for chunk_id, entry in read.items():
+            if len(snapshot.read) < _READ_KEPT or chunk_id in snapshot.read:
+                snapshot.read[chunk_id] = entry
 
     def __len__(self) -> int:
         """How many chunks the current snapshot holds (checks the collection if due)."""
@@ -708,7 +738,7 @@ def _load(target: Path, fingerprint: Fingerprint) -> _Snapshot | None:
         model = None
         if len(rows):
             model = bm25s.BM25.load(str(target / "bm25"), show_progress=False)
-    except (OSError, ValueError, KeyError) as error:  # none saved, or replaced while read
+    except (OSError, ValueError, KeyError, TypeError) as error:  # none, damaged, or replaced
         logger.debug("no saved keyword index at %s: %s", target, error)
         return None
     snapshot = _Snapshot(fingerprint, saved["ids"], saved["metadatas"], model, rows, lengths)

@@ -216,11 +216,20 @@ class WindowStore(ABC):
         Each id's text length (in characters) and metadata, as an in-process index (the
         keyword index) last read them; ids it does not hold are left out. ``None`` (the
         default) when nothing is held. Adaptive selection then chooses before it reads and
-        reads only the chunks chosen; it checks each one read against what this said (its
-        length, offset and version, and the caller's filter), and reads the usual way when one
-        differs, so a stale answer costs a read, never a wrong or hidden chunk.
+        reads only the chunks chosen (see ``_strategies.Adaptive``): a stale answer never
+        brings back an old text or a chunk the caller's filter hides (each chunk read is
+        checked), but it can change which neighbours a window takes.
         """
         return None
+
+    def reindex(self, read: Indexed) -> None:
+        """Chunks just read whose length or metadata differ from what :meth:`indexed` said.
+
+        A store that holds an index answers :meth:`indexed` with these from now on (until its
+        index is next rebuilt): a chunk rewritten in place behind the index's back costs one
+        fetch more once, not on every query. The default does nothing.
+        """
+        return
 
     # ---- writes (ingestion) ----------------------------------------------------------------
 

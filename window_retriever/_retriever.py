@@ -274,7 +274,7 @@ class ContextWindowRetriever(BaseRetriever):
                 self._keyword(store),
                 weights,
                 locates=store.supports_search_ids,
-                indexed=store.indexed,
+                held=store,
             )
         if choice == "keyword":
             return HybridSearch(self._keyword(store), {"vector": 0.0, "keyword": 1.0})

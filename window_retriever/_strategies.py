@@ -17,6 +17,7 @@ import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
+from typing import Any
 
 from langchain_core.documents import Document
 
@@ -165,35 +166,41 @@ class Adaptive(_Budgeted):
         return documents
 
     def _chosen_first(self, survey: Survey, params: Params) -> Flow:
-        """Select on the lengths the process holds (``Survey.indexed``); read only the chosen.
+        """Select on the lengths the process holds (``Survey.held``); read only the chosen.
 
         The keyword index holds every chunk's length and metadata, so the hits and the
         neighbours :meth:`_surveyed` would read stand in for themselves (a text of the same
-        length: the budgets measure characters) and the selection is made before the fetch,
-        exactly as it would be made after it; the fetch then reads about five chunks where
-        :meth:`_surveyed` reads every one the selection might measure (nearly fifty). Each
-        chunk read is checked against what stood in for it (its position, offset, version and
-        length, and the caller's filter); where one differs (written since the index was
-        read), ``None`` is returned and the caller reads the usual way, so a stale index costs
-        a read, never a changed or hidden chunk. Chunks the index does not hold are gaps, as a
-        chunk absent from a fetch is.
+        length: the budgets measure characters; the caller's filter applied to the metadata)
+        and the selection is made before the fetch, exactly as it would be made after it. The
+        one fetch reads the chunks chosen (about five, where :meth:`_surveyed` reads every one
+        the selection might measure, nearly fifty) and the planned positions the index holds
+        no chunk for, or one the filter hides (gaps: few, at file ends). Each chunk chosen is
+        checked against its stand-in (position, offset, version, length, and the filter on
+        the metadata just read); where one differs or a gap is filled (written since the
+        index was checked), ``None`` is returned and the caller reads the usual way, and the
+        index is told what was read (``WindowStore.reindex``), so it costs one fetch more
+        once. A stale index so never brings back an old text or a hidden chunk; a neighbour
+        left unchosen whose length changed unseen is still valued at its old length.
 
         Return the documents, or ``None`` (nothing held, a length function other than ``len``,
         a filter only the store can decide, a hit the index does not hold, or a changed chunk).
         """
         neighbours = Neighbours(params)
         predicate = neighbours.predicate
-        if survey.indexed is None or params.length_function is not len or predicate is None:
+        index = survey.held
+        if index is None or params.length_function is not len or predicate is None:
             return None
-        held = survey.indexed([hit.chunk.id for hit in survey.hits])
-        if held is None:
+        known = index.indexed([hit.chunk.id for hit in survey.hits])
+        if known is None:
             return None
         hits: list[Hit] = []
         for hit in survey.hits:
-            stand_in = _stand_in(hit.chunk.id, held)
+            stand_in = _stand_in(hit.chunk.id, known)
             if stand_in is None or stand_in.position != hit.chunk.position:
                 return None  # not indexed yet, or not where its id says: read it
-            hits.append(replace(hit, chunk=stand_in))  # the search applied the filter
+            # no filter here: the search applied it (the keyword leg to the index's metadata,
+            # which the check after the read corrects)
+            hits.append(replace(hit, chunk=stand_in))
         total = params.total_budget
         assert total is not None  # noqa: S101 - strategy_for checked
         measure = Measure(params.length_function)
@@ -204,15 +211,16 @@ class Adaptive(_Budgeted):
             for position in self.plan(pool, params, measure)
             if position not in chunks
         }
-        held = survey.indexed(list(planned)) or {}
+        known = {**known, **(index.indexed(list(planned)) or {})}
+        gaps: dict[str, Position] = {}
         for chunk_id, position in planned.items():
-            stand_in = _stand_in(chunk_id, held)
-            if (
-                stand_in is not None
-                and stand_in.position == position
-                and predicate(stand_in.metadata)
-            ):
-                chunks[position] = stand_in  # else a gap, as where the fetch finds none
+            stand_in = _stand_in(chunk_id, known)
+            if stand_in is None or stand_in.position != position:
+                gaps[chunk_id] = position
+            elif predicate(stand_in.metadata):
+                chunks[position] = stand_in
+            else:
+                gaps[chunk_id] = position  # hidden, as far as the index knows
         pool.hits = _floor_surveyed(pool.hits, params.floor, survey)
         values = {hit.chunk.id: -hit.distance for hit in pool.hits}
         for chunk in chunks.values():
@@ -222,17 +230,32 @@ class Adaptive(_Budgeted):
         chosen = {chunk.id: chunk for window in windows for chunk in window.chunks}
         if not chosen:
             return []
-        found = yield Fetch(list(chosen), neighbours.where, neighbours.where_document)
+        ids = [*chosen, *gaps]
+        found = yield Fetch(ids, neighbours.where, neighbours.where_document)
         read: dict[str, Chunk] = {}
+        differs: dict[str, tuple[int, Mapping[str, Any]]] = {}
+        filled = False
         for document in found.documents:
-            stand_in = chosen.get(document.id or "")
-            if stand_in is None or not predicate(document.metadata):
+            chunk_id = document.id or ""
+            stand_in = chosen.get(chunk_id)
+            if stand_in is None and chunk_id not in gaps:
+                continue
+            entry = (len(document.page_content), document.metadata)
+            if known.get(chunk_id) != entry:
+                differs[chunk_id] = entry
+            if not predicate(document.metadata):
                 continue
             chunk, problem = read_chunk(document)
-            if problem is None and _same_shape(chunk, stand_in):
-                read[chunk.id] = chunk
-        if len(read) < len(chosen):
-            return None  # gone, hidden or changed since the index read it: read the usual way
+            if problem is not None:
+                continue
+            if stand_in is None:
+                filled = filled or chunk.position == gaps[chunk_id]
+            elif _same_shape(chunk, stand_in):
+                read[chunk_id] = chunk
+        if differs:
+            index.reindex(differs)
+        if filled or len(read) < len(chosen):
+            return None  # written since the index was checked: read the usual way
         self.lengths.learn(measure, read.values())
         return _documents([_read_window(window, read) for window in windows], over, total, params)
 

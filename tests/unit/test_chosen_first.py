@@ -19,6 +19,7 @@ from langchain_core.documents import Document
 from tests.conftest import StoreSpy
 from tests.unit.test_budget import TOPICS, TieFreeEmbeddings, split, turns
 from window_retriever import ContextWindowRetriever, add_chunks
+from window_retriever._chroma import invalidate_keywords
 from window_retriever._stores import ChromaWindowStore, Indexed
 
 QUESTIONS = [*TOPICS, "camping and guitar", "pottery in the garden library", "turn 12 running"]
@@ -50,6 +51,11 @@ def _windows(documents: Sequence[Document]) -> list[tuple[str, dict[str, Any]]]:
     return [(document.page_content, document.metadata) for document in documents]
 
 
+def _visible(store: Chroma, chunk_id: str, where: dict[str, Any] | None) -> bool:
+    """The chunk is stored and the filter passes it (as Chroma decides)."""
+    return bool(store._collection.get(ids=[chunk_id], where=where)["ids"])  # type: ignore[arg-type]
+
+
 def _read_ids(spy: StoreSpy) -> list[str]:
     return [i for name, arguments, _ in spy.log if name == "get" for i in arguments["ids"]]
 
@@ -79,7 +85,10 @@ def test_the_windows_are_those_of_reading_everything_and_only_they_are_read(
         spy.reset()
         got = chosen_first.invoke(question)
         assert spy.calls == {"query": 1, "get": 1}, question  # one search, one fetch
-        assert sorted(_read_ids(spy)) == sorted(i for d in got for i in d.metadata["chunk_ids"])
+        windowed = {i for d in got for i in d.metadata["chunk_ids"]}
+        others = set(_read_ids(spy)) - windowed  # only the gaps the plan reaches (file ends)
+        assert windowed <= set(_read_ids(spy))
+        assert all(not _visible(store, i, options.get("filter")) for i in others), question
         assert _windows(got) == _windows(reading_all.invoke(question)), question
 
 
@@ -91,7 +100,9 @@ def test_async_chooses_first_too(store: Chroma, spy_on: Callable[[Chroma], Store
     spy = spy_on(store)
     got = asyncio.run(retriever.ainvoke("pottery in the garden library"))
     assert spy.calls == {"query": 1, "get": 1}
-    assert sorted(_read_ids(spy)) == sorted(i for d in got for i in d.metadata["chunk_ids"])
+    windowed = {i for d in got for i in d.metadata["chunk_ids"]}
+    assert windowed <= set(_read_ids(spy))
+    assert not any(_visible(store, i, None) for i in set(_read_ids(spy)) - windowed)
     assert _windows(got) == _windows(retriever.invoke("pottery in the garden library"))
 
 
@@ -181,3 +192,98 @@ def test_a_token_budget_reads_the_usual_way_with_the_same_windows(
     assert len(read) > sum(  # the usual way reads the neighbours it might measure
         len(d.metadata["chunk_ids"]) for d in retriever.invoke(QUESTIONS[3])
     )
+
+
+def _set_tenant(store: Chroma, chunk_id: str, tenant: str) -> None:
+    record = store._collection.get(ids=[chunk_id], include=["metadatas"])
+    metadata = {**record["metadatas"][0], "tenant": tenant}  # type: ignore[index]
+    store._collection.update(ids=[chunk_id], metadatas=[metadata])
+
+
+def test_a_gap_the_store_has_filled_since_is_read_then_held(
+    store: Chroma, spy_on: Callable[[Chroma], StoreSpy]
+) -> None:
+    """The index holds a window's middle chunk as hidden (another tenant's); a bare update
+    shows it again. The gap is read with the chosen chunks: found filled, the windows are read
+    the usual way (one fetch more), and the index holds the chunk as read from then on."""
+    options: dict[str, Any] = {"total_budget": 2000, "filter": {"tenant": "a"}}
+    retriever = ContextWindowRetriever(vectorstore=store, **options)
+    reading_all = ContextWindowRetriever(vectorstore=Unindexed(store), **options)
+    question = "pottery in the garden library"
+    window = next(
+        d
+        for d in reading_all.invoke(question)
+        if set(d.metadata["chunk_ids"][1:-1]) - set(d.metadata["hit_chunk_ids"])
+    )
+    middle = next(
+        i for i in window.metadata["chunk_ids"][1:-1] if i not in window.metadata["hit_chunk_ids"]
+    )
+    _set_tenant(store, middle, "b")
+    invalidate_keywords(store)  # the index learns it is hidden
+    assert not any(middle in d.metadata["chunk_ids"] for d in retriever.invoke(question))
+    _set_tenant(store, middle, "a")  # shown again behind the index's back
+    spy = spy_on(store)
+
+    got = retriever.invoke(question)
+
+    assert spy.calls == {"query": 1, "get": 2}
+    assert any(middle in d.metadata["chunk_ids"] for d in got)
+    assert _windows(got) == _windows(reading_all.invoke(question))
+    spy.reset()
+    assert _windows(retriever.invoke(question)) == _windows(got)
+    assert spy.calls == {"query": 1, "get": 1}  # held as read: no fetch more
+
+
+def test_a_chunk_rewritten_in_place_costs_one_fetch_more_once(
+    store: Chroma, spy_on: Callable[[Chroma], StoreSpy]
+) -> None:
+    retriever = ContextWindowRetriever(vectorstore=store, total_budget=800)
+    question = "camping and guitar"
+    target = retriever.invoke(question)[0].metadata["hit_chunk_ids"][0]
+    old = store._collection.get(ids=[target])["documents"][0]  # type: ignore[index]
+    new = old[: len(old) // 2]
+    vector = TieFreeEmbeddings().embed_documents([new])
+    store._collection.update(ids=[target], documents=[new], embeddings=vector)  # type: ignore[arg-type]
+    spy = spy_on(store)
+    calls = []
+    for _ in range(3):
+        spy.reset()
+        got = retriever.invoke(question)
+        calls.append(spy.calls["get"])
+        assert new in " ".join(d.page_content for d in got) or all(
+            target not in d.metadata["chunk_ids"] for d in got
+        )
+        assert old not in " ".join(d.page_content for d in got)
+    assert calls[1:] == [1, 1], calls  # the first read told the index
+
+
+def test_a_chunk_appended_behind_the_index_s_back_is_read_where_a_window_reaches_it(
+    store: Chroma, spy_on: Callable[[Chroma], StoreSpy]
+) -> None:
+    """Within the index's check interval it does not know a chunk just added to a file's end:
+    the plan reaches the position, the fetch finds it, and the windows are read as reading
+    everything reads them."""
+    retriever = ContextWindowRetriever(vectorstore=store, total_budget=2000)
+    reading_all = ContextWindowRetriever(vectorstore=Unindexed(store), total_budget=2000)
+    record = store._collection.get(where={"source": "conv-1"}, include=["documents", "metadatas"])
+    last = max(record["metadatas"], key=lambda m: m["chunk_index"])  # type: ignore[arg-type,return-value]
+    text = record["documents"][record["metadatas"].index(last)]  # type: ignore[index,union-attr]
+    retriever.invoke(text)  # the index is checked now: the addition comes within its interval
+    index = int(last["chunk_index"]) + 1
+    added = f"{last['file_id']}:{index}"
+    words = "Melanie: and then the garden library pottery, later that evening."
+    metadata = {
+        **last,
+        "chunk_index": index,
+        "chunk_id": added,
+        "start_index": int(last["start_index"]) + len(text) + 1,
+    }
+    vector = TieFreeEmbeddings().embed_documents([words])
+    store._collection.add(ids=[added], documents=[words], metadatas=[metadata], embeddings=vector)  # type: ignore[arg-type]
+    spy = spy_on(store)
+
+    got = retriever.invoke(text)
+
+    assert spy.calls == {"query": 1, "get": 2}  # found filled: read the usual way
+    assert any(added in d.metadata["chunk_ids"] for d in got)
+    assert _windows(got) == _windows(reading_all.invoke(text))

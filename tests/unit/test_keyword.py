@@ -385,13 +385,14 @@ def test_a_saved_index_keeps_the_lengths_and_one_saved_without_them_is_rebuilt(
     assert rebuilt.indexed(["doc:8"]) == {"doc:8": (len(OPTION), {"chunk_index": 8})}
 
 
-def test_a_damaged_saved_index_is_rebuilt(tmp_path: Path) -> None:
+@pytest.mark.parametrize("damage", ["{not json", '{"ids": [], "rows": [], "lengths": 5}', "null"])
+def test_a_damaged_saved_index_is_rebuilt(tmp_path: Path, damage: str) -> None:
     store = disk_store(tmp_path)
     store.add_documents(chunks([*FILLER, OPTION]), ids=[f"doc:{i}" for i in range(9)])
     keyword_index(store).search("adapter", k=3)
     KeywordIndex._shared.clear()
     saved = tmp_path / FOLDER / str(store._collection.id)
-    (saved / "rows.json").write_text("{not json")
+    (saved / "rows.json").write_text(damage)
 
     index = keyword_index(store)
 
