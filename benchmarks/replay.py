@@ -11,12 +11,18 @@ Usage::
     python benchmarks/replay.py --record /tmp/replay.json     # before the change, twice
     python benchmarks/replay.py --record /tmp/replay.json
     python benchmarks/replay.py --check /tmp/replay.json      # after it (exit 1 on a change)
+    python benchmarks/replay.py --against-reading-all         # windows chosen before the read
 
 Recording into an existing record marks the questions whose windows differ from it as
 unstable; ``--check`` reports them apart and does not fail on them. A few adaptive selections
 flip between processes of the same code (two candidates tied to the last float bits; seen on
 2 of 311 questions), so record twice. The stores are those of ``budget.py`` (same cache
 directory, built once).
+
+``--against-reading-all`` checks one change without a record: for every configuration, in one
+process, the windows chosen before the read (on the keyword index's lengths, the default with
+a total budget) against those of reading every chunk the selection might measure (a store that
+holds nothing in the process); it prints the store calls a question and fails on a difference.
 """
 
 from __future__ import annotations
@@ -38,6 +44,8 @@ from langchain_text_splitters import RecursiveCharacterTextSplitter
 from locomo import build_store
 
 from window_retriever import ContextWindowRetriever, WindowSplitter, default_embeddings
+from window_retriever._stores import ChromaWindowStore, Indexed
+from window_retriever.evaluation import CountingStore
 
 VECTOR = {"candidates": "vector", "k": 4}
 """0.2.0's defaults with a total budget, pinned so that its records still compare."""
@@ -119,6 +127,50 @@ def replay(name: str, cache: Path) -> dict[str, Any]:
     return record
 
 
+class ReadingAll(ChromaWindowStore):
+    """The same collection with nothing held in the process (no choosing before the read).
+
+    Adaptive windows then read every chunk the selection might measure.
+    """
+
+    def indexed(self, ids: Sequence[str]) -> Indexed | None:  # noqa: D102
+        return None
+
+
+def against_reading_all(name: str, cache: Path) -> list[str]:
+    """Every configuration's windows, chosen before the read against reading everything.
+
+    In one process, so both see the same survey (its pool of 100 distances can differ a little
+    between processes); returns the differences, and prints the store calls a question.
+    """
+    documents, rows = load_set(name)
+    size, overlap = CHUNKS[name]
+    client = chromadb.PersistentClient(path=str(cache))
+    splitter = WindowSplitter(
+        RecursiveCharacterTextSplitter(chunk_size=size, chunk_overlap=overlap, add_start_index=True)
+    )
+    store, _ = build_store(client, f"{name}-{size}-{overlap}", documents, splitter)
+    questions = [row["question"] for row in rows]
+    sources = [document.metadata["source"] for document in documents]
+    differences: list[str] = []
+    for label, arguments in configurations(sources).items():
+        counting = CountingStore(store)
+        chosen = ContextWindowRetriever(vectorstore=counting, **arguments)
+        reading = ContextWindowRetriever(vectorstore=ReadingAll(store), **arguments)
+        calls = 0
+        for number, question in enumerate(questions):
+            before = counting.calls
+            got = windows(chosen.invoke(question))
+            calls += counting.calls - before
+            if got != windows(reading.invoke(question)):
+                differences.append(f"{name} {label}[{number}]")
+        print(
+            f"{name} {label}: {calls / len(questions):.3f} store calls a question",
+            file=sys.stderr,
+        )
+    return differences
+
+
 def compare(old: Any, new: Any, where: str, report: Callable[[str], None]) -> None:
     if isinstance(old, dict) and isinstance(new, dict):
         for key in sorted(set(old) | set(new)):
@@ -135,6 +187,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     action = parser.add_mutually_exclusive_group(required=True)
     action.add_argument("--record", help="write what the retriever returns to this JSON file")
     action.add_argument("--check", help="compare with a record written by --record")
+    action.add_argument(
+        "--against-reading-all",
+        action="store_true",
+        help="compare windows chosen before the read with reading everything, in one process",
+    )
     parser.add_argument("--sets", default="locomo,pydocs")
     parser.add_argument(
         "--cache", default=str(Path(tempfile.gettempdir()) / "window-retriever-budget")
@@ -142,8 +199,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     cache = Path(args.cache)
     cache.mkdir(parents=True, exist_ok=True)
+    if args.against_reading_all:
+        found = [line for name in args.sets.split(",") for line in against_reading_all(name, cache)]
+        print("\n".join(found[:40]))
+        print(f"{len(found)} question(s) whose windows differ from reading everything")
+        return 1 if found else 0
     result = {name: replay(name, cache) for name in args.sets.split(",")}
-    path = Path(args.record or args.check)
+    path = Path(args.record or args.check)  # one of the two: the group is required
     old = json.loads(path.read_text(encoding="utf-8")) if path.exists() else None
     differences: list[str] = []
     if old is not None:

@@ -536,10 +536,23 @@ class TypicalLength:
 
 def _positions(ids: Sequence[str]) -> dict[str, Position] | None:
     """The positions ``file_id:chunk_index`` ids name; ``None`` if one has another form."""
-    found = located([(chunk_id, 0.0) for chunk_id in ids])
-    if found is None or len(found) != len(set(ids)):
+    positions: dict[str, Position] = {}
+    for chunk_id in ids:
+        position = position_of(chunk_id)
+        if position is None:
+            return None
+        positions[chunk_id] = position
+    return positions
+
+
+def position_of(chunk_id: str) -> Position | None:
+    """The position a ``file_id:chunk_index`` id names, or ``None`` for an id of another form."""
+    file_id, _, index = chunk_id.rpartition(":")
+    if not (file_id and index.isascii() and index.isdigit()):
         return None
-    return {hit.chunk.id: hit.chunk.position for hit in found}  # type: ignore[misc]
+    if make_chunk_id(file_id, int(index)) != chunk_id:  # "f:03" is not chunk 3
+        return None
+    return (file_id, int(index))
 
 
 def to_query(
@@ -580,14 +593,12 @@ def located(found: Sequence[tuple[str, float]]) -> list[Hit] | None:
     hits: list[Hit] = []
     seen: set[str] = set()
     for chunk_id, distance in found:
-        file_id, _, index = chunk_id.rpartition(":")
-        if not (file_id and index.isascii() and index.isdigit()):
-            return None
-        if make_chunk_id(file_id, int(index)) != chunk_id:  # "f:03" is not chunk 3
+        position = position_of(chunk_id)
+        if position is None:
             return None
         if chunk_id not in seen:
             seen.add(chunk_id)
-            chunk = Chunk(id=chunk_id, text="", file_id=file_id, index=int(index))
+            chunk = Chunk(id=chunk_id, text="", file_id=position[0], index=position[1])
             hits.append(Hit(chunk, float(distance)))
     return hits
 

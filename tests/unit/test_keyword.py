@@ -400,8 +400,18 @@ def test_a_damaged_saved_index_is_rebuilt(tmp_path: Path, damage: str) -> None:
     assert (index.builds, index.loads) == (1, 0)
 
 
+FILLERS = pytest.mark.parametrize("fillers", [0, 100, 500])
+"""Chunks without the query's word: with none or few, most rows score (ranked in place, the
+rest at 0); with 500, most do not (the scoring rows are gathered first). All rank alike."""
+
+
+def _fillers(count: int) -> list[Document]:
+    return [Document("banana cherry", metadata={"tenant": "x"}, id=f"z:{i}") for i in range(count)]
+
+
+@FILLERS
 def test_the_top_k_are_the_head_of_the_whole_ranking_ties_by_id(
-    make_store: Callable[..., Chroma],
+    make_store: Callable[..., Chroma], fillers: int
 ) -> None:
     # 60 chunks hold the word, many with equal scores: the partial sort that serves a small
     # k must give exactly the head of the full ranking, with and without a filter
@@ -409,7 +419,7 @@ def test_the_top_k_are_the_head_of_the_whole_ranking_ties_by_id(
     documents = [
         Document(text, metadata={"tenant": "ab"[i // 30]}, id=f"doc:{i:02d}")
         for i, text in enumerate(texts)
-    ]
+    ] + _fillers(fillers)
     store = store_with(make_store, documents)
     index = keyword_index(store)
     whole = index.search("apple", k=60)
@@ -422,8 +432,9 @@ def test_the_top_k_are_the_head_of_the_whole_ranking_ties_by_id(
         assert index.search("apple", k=k, where=where) == allowed[:k]
 
 
+@FILLERS
 def test_a_filter_that_passes_few_chunks_widens_the_walk_band_by_band(
-    make_store: Callable[..., Chroma],
+    make_store: Callable[..., Chroma], fillers: int
 ) -> None:
     # 400 chunks hold the word; the filter passes one in 37 of them, at every score (some in
     # the first band, most below it), so the walk must widen past several bands, keeping what
@@ -436,10 +447,11 @@ def test_a_filter_that_passes_few_chunks_widens_the_walk_band_by_band(
             id=f"d:{i:03d}",
         )
         for i, text in enumerate(texts)
-    ]
+    ] + _fillers(fillers)
     store = store_with(make_store, documents)
     index = keyword_index(store)
     whole = index.search("apple", k=400)
+    assert index.search("apple", k=1000) == whole  # only the chunks that hold the word
     rare = set(store.get(where={"tenant": "rare"})["ids"])
     allowed = [hit for hit in whole if hit[0] in rare]
     assert len(allowed) == 12
