@@ -103,7 +103,8 @@ def windows(documents: Sequence[Document]) -> list[dict[str, Any]]:
     ]
 
 
-def replay(name: str, cache: Path) -> dict[str, Any]:
+def dev_set(name: str, cache: Path) -> tuple[Any, list[str], list[str]]:
+    """The dev set's store (``budget.py``'s, built once in ``cache``), questions and sources."""
     documents, rows = load_set(name)
     size, overlap = CHUNKS[name]
     client = chromadb.PersistentClient(path=str(cache))
@@ -112,7 +113,11 @@ def replay(name: str, cache: Path) -> dict[str, Any]:
     )
     store, _ = build_store(client, f"{name}-{size}-{overlap}", documents, splitter)
     questions = [row["question"] for row in rows]
-    sources = [document.metadata["source"] for document in documents]
+    return store, questions, [document.metadata["source"] for document in documents]
+
+
+def replay(name: str, cache: Path) -> dict[str, Any]:
+    store, questions, sources = dev_set(name, cache)
     record: dict[str, Any] = {}
     for label, arguments in configurations(sources).items():
         retriever = ContextWindowRetriever(vectorstore=store, **arguments)
@@ -143,15 +148,7 @@ def against_reading_all(name: str, cache: Path) -> list[str]:
     In one process, so both see the same survey (its pool of 100 distances can differ a little
     between processes); returns the differences, and prints the store calls a question.
     """
-    documents, rows = load_set(name)
-    size, overlap = CHUNKS[name]
-    client = chromadb.PersistentClient(path=str(cache))
-    splitter = WindowSplitter(
-        RecursiveCharacterTextSplitter(chunk_size=size, chunk_overlap=overlap, add_start_index=True)
-    )
-    store, _ = build_store(client, f"{name}-{size}-{overlap}", documents, splitter)
-    questions = [row["question"] for row in rows]
-    sources = [document.metadata["source"] for document in documents]
+    store, questions, sources = dev_set(name, cache)
     differences: list[str] = []
     for label, arguments in configurations(sources).items():
         counting = CountingStore(store)

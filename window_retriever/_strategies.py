@@ -215,18 +215,15 @@ class Adaptive(_Budgeted):
         gaps: dict[str, Position] = {}
         for chunk_id, position in planned.items():
             stand_in = _stand_in(chunk_id, known)
-            if stand_in is None or stand_in.position != position:
-                gaps[chunk_id] = position
-            elif predicate(stand_in.metadata):
+            if (
+                stand_in is not None
+                and stand_in.position == position
+                and predicate(stand_in.metadata)
+            ):
                 chunks[position] = stand_in
             else:
-                gaps[chunk_id] = position  # hidden, as far as the index knows
-        pool.hits = _floor_surveyed(pool.hits, params.floor, survey)
-        values = {hit.chunk.id: -hit.distance for hit in pool.hits}
-        for chunk in chunks.values():
-            values.setdefault(chunk.id, -survey.distance(chunk.id))
-        values = _fused_order(values, pool.hits) if pool.fused else values
-        windows, over = self._choose(pool, values, params, measure)
+                gaps[chunk_id] = position  # none held there, or hidden as far as the index knows
+        windows, over = self._select_surveyed(pool, survey, params, measure)
         chosen = {chunk.id: chunk for window in windows for chunk in window.chunks}
         if not chosen:
             return []
@@ -292,12 +289,18 @@ class Adaptive(_Budgeted):
         yield from neighbours.fetch(pool, needed)  # only what the estimate missed
         kept = {*needed, *(hit.chunk.position for hit in pool.hits)}
         pool.chunks = {position: c for position, c in pool.chunks.items() if position in kept}
+        return _documents(*self._select_surveyed(pool, survey, params, measure), total, params)
+
+    def _select_surveyed(
+        self, pool: Pool, survey: Survey, params: Params, measure: Measure
+    ) -> tuple[list[Window], bool]:
+        """The relevance floor, then adaptive selection, each chunk measured by the survey."""
         pool.hits = _floor_surveyed(pool.hits, params.floor, survey)
         values = {hit.chunk.id: -hit.distance for hit in pool.hits}
         for chunk in pool.chunks.values():
             values.setdefault(chunk.id, -survey.distance(chunk.id))
         values = _fused_order(values, pool.hits) if pool.fused else values
-        return _documents(*self._choose(pool, values, params, measure), total, params)
+        return self._choose(pool, values, params, measure)
 
     def plan(self, pool: Pool, params: Params, measure: Measure) -> list[Position]:
         return plan_adaptive_fetch(
