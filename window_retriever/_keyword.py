@@ -47,11 +47,13 @@ told by ``ChromaKeywordSource``.
 Filters
 -------
 ``where`` is decided exactly as Chroma decides it: by :func:`~window_retriever._filters.
-compile_where` over the metadata held with the index, checked lazily on the best-scored rows
-until ``k`` pass; a filter it cannot decide, and any ``where_document`` (Chroma's
-``$contains`` / ``$regex`` are case-sensitive and its regex dialect is Rust's), is given to
-Chroma itself, which returns the ids that pass (:meth:`KeywordSource.allowed_ids`, on Chroma
-``get(include=[])``); the index masks the rest.
+compile_where` over the metadata held with the index, once per filter and snapshot (a mask of
+the rows it passes, the last :data:`_MASKS_KEPT` filters kept); a filter it cannot decide, and
+any ``where_document`` (Chroma's ``$contains`` / ``$regex`` are case-sensitive and its regex
+dialect is Rust's), is given to Chroma itself, which returns the ids that pass
+(:meth:`KeywordSource.allowed_ids`, on Chroma ``get(include=[])``); the index masks the rest.
+The same mask gives a filtered vector search its ids (:meth:`KeywordIndex.passing`): Chroma
+searches a list of ids three to six times faster than it applies its own ``where``.
 ``bm25s``' own ``weight_mask`` is not used: it zeroes masked scores but ``retrieve`` still
 returns zero-scored rows to fill ``k``.
 
@@ -98,7 +100,7 @@ from typing import Any, ClassVar, Protocol
 import numpy as np
 
 from window_retriever._errors import ConfigurationError
-from window_retriever._filters import compile_where
+from window_retriever._filters import Predicate, compile_where
 
 logger = logging.getLogger(__name__)
 
@@ -206,7 +208,10 @@ class _Snapshot:
     lengths: np.ndarray | None = None  # each row's text length in characters (int32)
     read: dict[str, tuple[int, Mapping[str, Any]]] = field(default_factory=dict)
     """Chunks read since the build that differed from it (``KeywordIndex.reindex``)."""
+    revision: int = 0
+    """How many times :meth:`KeywordIndex.reindex` changed ``read`` (a key of ``passing``)."""
     masks: OrderedDict[bytes, np.ndarray] = field(default_factory=OrderedDict)
+    passing: OrderedDict[tuple[bytes, int], _Passing] = field(default_factory=OrderedDict)
     row_of: dict[str, int] | None = None
     dense: dict[int, np.ndarray] | None = None
 
@@ -233,6 +238,14 @@ class _Snapshot:
         if self.row_of is None:
             self.row_of = {chunk_id: row for row, chunk_id in enumerate(self.ids)}
         return self.row_of
+
+
+@dataclass(slots=True)
+class _Passing:
+    """The rows a filter passes in one snapshot (decided in the process), and their ids."""
+
+    mask: np.ndarray
+    ids: list[str] | None = None
 
 
 class KeywordIndex:
@@ -278,6 +291,9 @@ class KeywordIndex:
         self._snapshot: _Snapshot | None = None
         self._checked_at = -math.inf
         self._lock = threading.Lock()
+        """Held while checking the fingerprint and building (a build takes seconds)."""
+        self._masks_lock = threading.Lock()
+        """Held while reading or adding a kept filter mask (never while building)."""
         self._clock: Callable[[], float] = time.monotonic
 
     # ---- the shared index of a store ----------------------------------------------------
@@ -306,6 +322,12 @@ class KeywordIndex:
             elif check_interval is not None:
                 index.check_interval = min(index.check_interval, float(check_interval))
             return index
+
+    @classmethod
+    def existing(cls, source: KeywordSource) -> KeywordIndex | None:
+        """The shared index of ``source``'s collection if this process made one; never makes one."""
+        with cls._shared_lock:
+            return cls._shared.get(source.key)
 
     @classmethod
     def invalidate(cls, source: KeywordSource) -> None:
@@ -360,30 +382,24 @@ class KeywordIndex:
         predicate = compile_where(where) if where_document is None else None
         if predicate is None:  # Chroma decides: mask the rows it does not return
             scores[~self._allowed(snapshot, where, where_document)] = 0
-            predicate = _always
+        elif where is not None:
+            scores[~self._passing(snapshot, where, predicate).mask] = 0
         scored = int(np.count_nonzero(scores))  # the rows that hold a query word (BM25 >= 0)
         if 2 * scored > len(scores):  # most do: rank in place (gathering them costs as much)
             hits, values = np.arange(len(scores)), scores
         else:
             hits = np.flatnonzero(scores > 0)
             values = scores[hits]
-        want = k if predicate is _always else 4 * k
-        found: list[tuple[str, float]] = []
-        above = np.inf
-        while scored > want:
-            # Sorting every row that holds a query word costs 14 ms at 100k chunks: the rows are
-            # walked in bands of score instead, best first (the rows at or above the want-th
-            # best score, then those at or above the 4 * want-th, ...), each band sorted alone.
-            # A band holds every row of its scores, so the order (ties included) is the full
-            # sort's; a filter that passes few rows widens the walk band by band, not to all.
-            kth = np.partition(values, len(values) - want)[len(values) - want]  # > 0
-            band = hits[(values >= kth) & (values < above)]
-            found += _walk(snapshot, band, scores, predicate, k - len(found))
-            if len(found) == k:
-                return found
-            above, want = kth, 4 * want
-        rest = hits[(values > 0) & (values < above)]
-        return found + _walk(snapshot, rest, scores, predicate, k - len(found))
+        if scored > k:
+            # Sorting every row that holds a query word costs 14 ms at 100k chunks: only the
+            # rows at or above the k-th best score are sorted. They hold every row of their
+            # scores, so the order (ties included) is the full sort's.
+            kth = np.partition(values, len(values) - k)[len(values) - k]  # > 0
+            hits = hits[values >= kth]
+        else:
+            hits = hits[values > 0]
+        order = hits[np.lexsort((hits, -scores[hits]))][:k]  # score down, then row (= id) up
+        return [(snapshot.ids[row], float(scores[row])) for row in order.tolist()]
 
     async def asearch(
         self,
@@ -428,6 +444,33 @@ class KeywordIndex:
                 found[chunk_id] = (int(lengths[row]), metadatas[row])
         return found
 
+    def passing(self, where: Mapping[str, Any]) -> list[str] | None:
+        """The ids of every chunk ``where`` passes, decided on the metadata this index holds.
+
+        For a filtered vector search by ids (``ChromaWindowStore.search_ids``): Chroma's
+        ``ids=`` costs a third to a sixth of its ``where`` over the same chunks, for the same
+        hits. Kept per filter (the last :data:`_MASKS_KEPT`); the first time a filter is seen,
+        every chunk's metadata is read (6 to 15 ms at 20k chunks, 23 to 36 ms at 100k: still
+        less than Chroma's ``where``).
+
+        As current as the index (the module docstring): a chunk a bare write moved into the
+        filter is missed until the next invalidation, and one it moved out is still listed, so
+        a caller applies the filter to every chunk it reads. Never builds, rebuilds or waits:
+        ``None`` before the first build, while another thread checks or builds, when the
+        collection changed since the last build (the next search rebuilds), or when
+        ``_filters`` cannot decide ``where``.
+        """
+        predicate = compile_where(where)
+        if predicate is None:
+            return None
+        snapshot = self._checked()
+        if snapshot is None:
+            return None
+        passing = self._passing(snapshot, where, predicate)
+        if passing.ids is None:
+            passing.ids = [snapshot.ids[row] for row in np.flatnonzero(passing.mask).tolist()]
+        return passing.ids
+
     def reindex(self, read: Mapping[str, tuple[int, Mapping[str, Any]]]) -> None:
         """Hold these chunks as just read: their length and metadata, until the next build.
 
@@ -442,6 +485,7 @@ class KeywordIndex:
         for chunk_id, entry in read.items():
             if len(snapshot.read) < _READ_KEPT or chunk_id in snapshot.read:
                 snapshot.read[chunk_id] = entry
+        snapshot.revision += 1  # the filters' masks are made again, on the metadata read
 
     def __len__(self) -> int:
         """How many chunks the current snapshot holds (checks the collection if due)."""
@@ -464,6 +508,26 @@ class KeywordIndex:
                 self._snapshot = snapshot
             self._checked_at = started
             return snapshot
+
+    def _checked(self) -> _Snapshot | None:
+        """The snapshot if it is the collection's as last checked (checked now if due); or None.
+
+        Never waits: ``None`` while another thread holds the lock (checking or building), and
+        when the collection changed since the build (the next :meth:`search` rebuilds).
+        """
+        snapshot = self._snapshot
+        if snapshot is None or self._clock() - self._checked_at < self.check_interval:
+            return snapshot
+        if not self._lock.acquire(blocking=False):
+            return None
+        try:
+            snapshot, started = self._snapshot, self._clock()
+            if snapshot is None or snapshot.fingerprint != self._source.fingerprint():
+                return None
+            self._checked_at = started
+            return snapshot
+        finally:
+            self._lock.release()
 
     def _build(self, fingerprint: Fingerprint) -> _Snapshot:
         """Read every chunk, page by page, and index it; again if the collection changed."""
@@ -499,7 +563,7 @@ class KeywordIndex:
         import orjson
 
         key = orjson.dumps([where, where_document], option=orjson.OPT_SORT_KEYS)
-        with self._lock:
+        with self._masks_lock:
             mask = snapshot.masks.get(key)
             if mask is not None:
                 snapshot.masks.move_to_end(key)
@@ -508,11 +572,37 @@ class KeywordIndex:
         mask = np.zeros(len(snapshot.ids), dtype=bool)
         allowed = self._source.allowed_ids(where, where_document, PAGE_SIZE)
         mask[[row_of[i] for i in allowed if i in row_of]] = True
-        with self._lock:
+        with self._masks_lock:
             snapshot.masks[key] = mask
             while len(snapshot.masks) > _MASKS_KEPT:
                 snapshot.masks.popitem(last=False)
         return mask
+
+    def _passing(
+        self, snapshot: _Snapshot, where: Mapping[str, Any], predicate: Predicate
+    ) -> _Passing:
+        """The rows ``predicate`` (``where`` compiled) passes, on the metadata held (kept)."""
+        import orjson
+
+        key = (orjson.dumps(where, option=orjson.OPT_SORT_KEYS), snapshot.revision)
+        with self._masks_lock:
+            passing = snapshot.passing.get(key)
+            if passing is not None:
+                snapshot.passing.move_to_end(key)
+                return passing
+        metadatas = snapshot.metadatas
+        mask = np.fromiter(map(predicate, metadatas), dtype=bool, count=len(metadatas))
+        row_of = snapshot.row_index()
+        for chunk_id, (_, metadata) in list(snapshot.read.items()):  # corrected since the build
+            row = row_of.get(chunk_id)
+            if row is not None:
+                mask[row] = predicate(metadata)
+        passing = _Passing(mask)
+        with self._masks_lock:
+            snapshot.passing[key] = passing
+            while len(snapshot.passing) > _MASKS_KEPT:
+                snapshot.passing.popitem(last=False)
+        return passing
 
     def _read_all(self) -> tuple[list[str], list[str], list[Mapping[str, Any]]]:
         """Every record's id, document and metadata, ``PAGE_SIZE`` at a time."""
@@ -524,10 +614,6 @@ class KeywordIndex:
             documents += page_documents
             metadatas += page_metadatas
         return ids, documents, metadatas
-
-
-def _always(metadata: Mapping[str, Any]) -> bool:
-    return True
 
 
 def _check_interval(value: float) -> None:
@@ -577,20 +663,6 @@ def _scores(snapshot: _Snapshot, terms: Sequence[int]) -> np.ndarray:
                 data[indptr[term] : indptr[term + 1]],
             )
     return scores
-
-
-def _walk(
-    snapshot: Any, rows: Any, scores: Any, predicate: Callable[[Any], bool], k: int
-) -> list[tuple[str, float]]:
-    """The first ``k`` of ``rows`` the predicate passes: score down, then row (= id) up."""
-    order = rows[np.lexsort((rows, -scores[rows]))]
-    found: list[tuple[str, float]] = []
-    for row in order.tolist():
-        if predicate is _always or predicate(snapshot.metadatas[row]):
-            found.append((snapshot.ids[row], float(scores[row])))
-            if len(found) == k:
-                break
-    return found
 
 
 @functools.cache

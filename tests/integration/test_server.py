@@ -353,3 +353,55 @@ def test_async_reads_the_tenant_and_database_the_store_was_opened_in(chroma_serv
     retriever = ContextWindowRetriever(vectorstore=store, k=4)
     answers = asyncio.run(retriever.ainvoke("DECOY text in the default tenant"))
     assert answers and all("DECOY" not in doc.page_content for doc in answers)
+
+
+@pytest.mark.parametrize("run", ["sync", "async"])
+def test_a_filtered_search_on_a_server_asks_for_the_ids_the_index_passes(
+    chroma_server: str, run: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Once the process holds the keyword index, the search sends the ids its metadata
+    passes in place of the filter (sync client and async HTTP alike), for Chroma's own hits."""
+    from window_retriever._chroma import _AsyncServer, keyword_index
+    from window_retriever._protocol import SearchIds
+
+    store = open_store(
+        url=chroma_server,
+        collection=unique("passing"),
+        create=True,
+        embeddings=DeterministicFakeEmbedding(size=32),
+        environ={},
+    )
+    fill(store)
+    keyword_index(store).search("warm", k=1)
+    where = {"tenant": "acme"}
+    passed = set(store._collection.get(where=where, include=[])["ids"])  # type: ignore[arg-type]
+    assert 0 < len(passed) < store._collection.count()
+    expected = store._collection.query(
+        query_embeddings=[store.embeddings.embed_query("topic3 word3")],  # type: ignore[union-attr]
+        n_results=8,
+        where=where,  # type: ignore[arg-type]
+        include=["distances"],
+    )
+    sent: list[dict[str, Any]] = []
+    query, call = store._collection.query, _AsyncServer.call
+
+    def spy_query(*args: Any, **kwargs: Any) -> Any:
+        sent.append(kwargs)
+        return query(*args, **kwargs)
+
+    async def spy_call(self: Any, endpoint: str, body: Any) -> Any:
+        sent.append(dict(body))
+        return await call(self, endpoint, body)
+
+    monkeypatch.setattr(store._collection, "query", spy_query)
+    monkeypatch.setattr(_AsyncServer, "call", spy_call)
+    windows = ChromaWindowStore(store)
+    request = SearchIds("topic3 word3", 8, where)
+    if run == "sync":
+        got = windows.search_ids(request)
+    else:
+        got = asyncio.run(windows.asearch_ids(request))
+
+    (body,) = sent
+    assert body.get("where") is None and set(body["ids"]) == passed
+    assert [chunk_id for chunk_id, _ in got] == expected["ids"][0]

@@ -433,12 +433,11 @@ def test_the_top_k_are_the_head_of_the_whole_ranking_ties_by_id(
 
 
 @FILLERS
-def test_a_filter_that_passes_few_chunks_widens_the_walk_band_by_band(
+def test_a_filter_that_passes_few_chunks_finds_them_at_every_score(
     make_store: Callable[..., Chroma], fillers: int
 ) -> None:
-    # 400 chunks hold the word; the filter passes one in 37 of them, at every score (some in
-    # the first band, most below it), so the walk must widen past several bands, keeping what
-    # it found (and past every row for "none")
+    # 400 chunks hold the word; the filter passes one in 37 of them, at every score (some
+    # among the 20 best, most below them), and none for "none"
     texts = [" ".join(["apple"] * (1 + i % 5) + ["pear"] * (i % 11)) for i in range(400)]
     documents = [
         Document(
@@ -455,7 +454,7 @@ def test_a_filter_that_passes_few_chunks_widens_the_walk_band_by_band(
     rare = set(store.get(where={"tenant": "rare"})["ids"])
     allowed = [hit for hit in whole if hit[0] in rare]
     assert len(allowed) == 12
-    assert allowed[0] in whole[:20] and allowed[1] not in whole[:20]  # first band (k=5): one
+    assert allowed[0] in whole[:20] and allowed[1] not in whole[:20]
     for k in (1, 3, 5, 9, 12, 25):
         assert index.search("apple", k=k, where={"tenant": "rare"}) == allowed[:k]
     assert index.search("apple", k=5, where={"tenant": "none"}) == []

@@ -1,0 +1,224 @@
+"""A filtered vector search by the ids the keyword index passes, in place of Chroma's ``where``.
+
+Once the process holds a collection's keyword index, a search under a filter ``_filters`` can
+decide asks Chroma for the ids the index's metadata passes (``ids=``): the same hits, at a
+third to a sixth of the cost. These tests hold it to Chroma's own ``where`` (the same hits),
+to when it must not be used (no index yet, a changed collection, a filter only Chroma decides,
+another thread building), and to what a stale index must never do: return a chunk the filter
+hides.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from langchain_chroma import Chroma
+from langchain_core.documents import Document
+
+from tests.conftest import FakeClock, StoreSpy
+from tests.unit.test_budget import TieFreeEmbeddings, split, turns
+from window_retriever import ContextWindowRetriever, add_chunks
+from window_retriever._chroma import invalidate_keywords, keyword_index
+from window_retriever._protocol import SearchIds
+from window_retriever._stores import ChromaWindowStore
+
+FILTERS: list[dict[str, Any]] = [
+    {"tenant": "a"},
+    {"tenant": {"$ne": "a"}},
+    {"source": {"$in": ["conv-0", "conv-2"]}},
+    {"chunk_index": {"$nin": [2, 5, 6, 9, 13, 14]}},
+    {"$and": [{"tenant": "a"}, {"chunk_index": {"$gte": 10}}]},
+    {"$or": [{"source": "conv-2"}, {"chunk_index": {"$lt": 3}}]},
+]
+QUESTIONS = ["camping and guitar", "pottery in the garden library", "turn 12 running"]
+
+
+@pytest.fixture
+def store(make_store: Callable[..., Chroma]) -> Chroma:
+    """Three conversations in two tenants, searched exhaustively (any width ranks alike)."""
+    chroma = make_store(TieFreeEmbeddings(), exhaustive=True)
+    documents = [
+        Document(
+            page_content=turns(40, seed).replace(" turn ", f" conversation {seed}, turn "),
+            metadata={"source": f"conv-{seed}", "tenant": "a" if seed < 2 else "b"},
+        )
+        for seed in range(3)
+    ]
+    add_chunks(chroma, split(documents, 140, 30))
+    return chroma
+
+
+def _queries(spy: StoreSpy) -> list[dict[str, Any]]:
+    return [arguments for name, arguments, _ in spy.log if name == "query"]
+
+
+def _search_ids(store: Chroma, question: str, where: dict[str, Any], k: int = 30) -> Any:
+    return ChromaWindowStore(store).search_ids(SearchIds(question, k, where))
+
+
+def _chroma_where(store: Chroma, question: str, where: dict[str, Any], k: int = 30) -> Any:
+    """What Chroma's own ``where`` finds: ``(id, distance)``, best first."""
+    vector = store.embeddings.embed_query(question)  # type: ignore[union-attr]
+    found = store._collection.query(
+        query_embeddings=[vector], n_results=k, where=where, include=["distances"]
+    )
+    return list(zip(found["ids"][0], found["distances"][0], strict=True))
+
+
+@pytest.mark.parametrize("where", FILTERS)
+def test_the_search_asks_for_the_ids_the_index_passes_and_finds_what_where_finds(
+    store: Chroma, spy_on: Callable[[Chroma], StoreSpy], where: dict[str, Any]
+) -> None:
+    keyword_index(store).search("warm", k=1)  # the process now holds the index
+    passed = set(store._collection.get(where=where, include=[])["ids"])  # type: ignore[arg-type]
+    spy = spy_on(store)
+    for question in QUESTIONS:
+        spy.reset()
+        got = _search_ids(store, question, where)
+        (arguments,) = _queries(spy)
+        assert arguments.get("where") is None and set(arguments["ids"]) == passed
+        assert [i for i, _ in got] == [i for i, _ in _chroma_where(store, question, where)]
+        assert [d for _, d in got] == pytest.approx(
+            [d for _, d in _chroma_where(store, question, where)]
+        )
+
+
+def test_before_the_index_is_made_chroma_applies_the_filter(
+    store: Chroma, spy_on: Callable[[Chroma], StoreSpy]
+) -> None:
+    spy = spy_on(store)
+    got = _search_ids(store, QUESTIONS[0], {"tenant": "a"})
+    (arguments,) = _queries(spy)
+    assert arguments["where"] == {"tenant": "a"} and "ids" not in arguments
+    assert got == _chroma_where(store, QUESTIONS[0], {"tenant": "a"})
+
+
+@pytest.mark.parametrize(
+    ("where", "where_document"),
+    [
+        ({"tenant": {"$contains": "a"}}, None),  # an operator only Chroma decides
+        ({"tenant": "a"}, {"$contains": "guitar"}),  # any document filter
+    ],
+)
+def test_a_filter_only_chroma_decides_goes_to_chroma(
+    store: Chroma,
+    spy_on: Callable[[Chroma], StoreSpy],
+    where: dict[str, Any],
+    where_document: dict[str, Any] | None,
+) -> None:
+    keyword_index(store).search("warm", k=1)
+    spy = spy_on(store)
+    ChromaWindowStore(store).search_ids(SearchIds(QUESTIONS[0], 10, where, where_document))
+    (arguments,) = _queries(spy)
+    assert arguments["where"] == where and "ids" not in arguments
+
+
+def test_a_filter_that_passes_nothing_searches_nothing(
+    store: Chroma, spy_on: Callable[[Chroma], StoreSpy]
+) -> None:
+    keyword_index(store).search("warm", k=1)
+    spy = spy_on(store)
+    assert _search_ids(store, QUESTIONS[0], {"tenant": "nobody"}) == []
+    assert spy.calls["query"] == 0
+
+
+def test_a_changed_collection_is_searched_under_where_until_the_index_is_built_again(
+    store: Chroma, spy_on: Callable[[Chroma], StoreSpy]
+) -> None:
+    """A bare ``add`` changes the count: the index no longer matches the collection, so the
+    search does not trust it (and never waits for a build); the next keyword search rebuilds
+    and the ids are used again, the new chunk among them."""
+    index = keyword_index(store)
+    index._clock = clock = FakeClock()
+    index.search("warm", k=1)
+    late = split([Document(turns(4, 9), metadata={"source": "late", "tenant": "a"})], 140, 30)
+    store.add_documents(late, ids=[c.metadata["chunk_id"] for c in late])
+    clock.now += 2  # the check is due
+    spy = spy_on(store)
+    _search_ids(store, QUESTIONS[0], {"tenant": "a"})
+    assert "ids" not in _queries(spy)[0]
+    index.search("warm", k=1)  # rebuilds
+    spy.reset()
+    _search_ids(store, QUESTIONS[0], {"tenant": "a"})
+    assert late[0].metadata["chunk_id"] in _queries(spy)[0]["ids"]
+
+
+def test_while_another_thread_holds_the_index_the_filter_goes_to_chroma(
+    store: Chroma, spy_on: Callable[[Chroma], StoreSpy]
+) -> None:
+    index = keyword_index(store)
+    index._clock = clock = FakeClock()
+    index.search("warm", k=1)
+    clock.now += 2  # the check is due, and another thread is checking (or building)
+    spy = spy_on(store)
+    with index._lock:
+        got = _search_ids(store, QUESTIONS[1], {"tenant": "a"})
+    assert "ids" not in _queries(spy)[0]
+    assert got == _chroma_where(store, QUESTIONS[1], {"tenant": "a"})
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"total_budget": 2000},
+        {"total_budget": 2000, "candidates": "vector"},
+        {"k": 3},
+        {"k": 3, "window_budget": 600},
+    ],
+)
+@pytest.mark.parametrize("run", ["sync", "async"])
+def test_chunks_moved_out_of_the_filter_behind_the_index_s_back_never_come_back(
+    store: Chroma, spy_on: Callable[[Chroma], StoreSpy], options: dict[str, Any], run: str
+) -> None:
+    """A bare ``update`` moves the windows' chunks to tenant "b" and tells no index: the ids
+    the search asks for still hold them, Chroma returns them as hits, and the caller's filter
+    on what is read keeps every one out."""
+    keyword_index(store).search("warm", k=1)
+    retriever = ContextWindowRetriever(vectorstore=store, filter={"tenant": "a"}, **options)
+    ask = retriever.invoke if run == "sync" else lambda q: asyncio.run(retriever.ainvoke(q))
+    for question in QUESTIONS:
+        ask(question)  # static windows learn the typical length: the next search is lean
+    question = QUESTIONS[0]
+    moved = [i for d in ask(question) for i in d.metadata["chunk_ids"]]
+    record = store._collection.get(ids=moved, include=["metadatas", "documents"])
+    metadatas = [{**m, "tenant": "b"} for m in record["metadatas"]]  # type: ignore[union-attr]
+    store._collection.update(ids=record["ids"], metadatas=metadatas)  # type: ignore[arg-type]
+    spy = spy_on(store)
+
+    got = ask(question)
+
+    assert set(moved) <= set(_queries(spy)[0]["ids"])  # the search was by the stale ids
+    assert not {i for d in got for i in d.metadata["chunk_ids"]} & set(moved)
+    texts = " ".join(d.page_content for d in got)
+    assert not any(text in texts for text in record["documents"])  # type: ignore[union-attr]
+
+
+def test_a_chunk_moved_into_the_filter_unseen_is_searched_after_the_invalidation(
+    store: Chroma,
+) -> None:
+    """The staleness the docs name: a bare write that moves a chunk into the filter is not
+    searched until the index learns of it (``invalidate_keywords``, which the library's own
+    writes call)."""
+    keyword_index(store).search("warm", k=1)
+    target = store._collection.get(where={"tenant": "b"}, limit=1)["ids"][0]
+    text = store._collection.get(ids=[target])["documents"][0]  # type: ignore[index]
+    metadata = store._collection.get(ids=[target])["metadatas"][0]  # type: ignore[index]
+    store._collection.update(ids=[target], metadatas=[{**metadata, "tenant": "a"}])
+    assert target not in [i for i, _ in _search_ids(store, text, {"tenant": "a"})]
+    invalidate_keywords(store)
+    keyword_index(store).search("warm", k=1)
+    assert next(i for i, _ in _search_ids(store, text, {"tenant": "a"})) == target
+
+
+def test_a_chunk_the_index_holds_as_read_is_passed_by_its_metadata_read(store: Chroma) -> None:
+    index = keyword_index(store)
+    index.search("warm", k=1)
+    target = store._collection.get(where={"tenant": "b"}, limit=1)["ids"][0]
+    metadata = store._collection.get(ids=[target])["metadatas"][0]  # type: ignore[index]
+    assert target not in (index.passing({"tenant": "a"}) or [])
+    index.reindex({target: (10, {**metadata, "tenant": "a"})})
+    assert target in (index.passing({"tenant": "a"}) or [])
+    assert target not in (index.passing({"tenant": "b"}) or [])
