@@ -197,7 +197,12 @@ class WindowStore(ABC):
         """The stored chunks among ``request.ids`` that pass its filters (any order)."""
 
     def search_ids(self, request: SearchIds) -> IdHits:
-        """``(id, distance)`` pairs, best first (only if ``supports_search_ids``)."""
+        """``(id, distance)`` pairs, best first (only if ``supports_search_ids``).
+
+        The filter may be decided on metadata the store holds in the process, as stale as
+        that copy (Chroma's keyword index: ``KeywordIndex.passing``): the retriever applies
+        the filter again to every chunk it reads, so a hit hidden since is never returned.
+        """
         raise NotImplementedError(_lacks(self, "search_ids"))
 
     def keyword_search(
