@@ -15,7 +15,11 @@ filter, it times the same queries, interleaved, through:
 - ``hybrid``: ``ContextWindowRetriever(total_budget=2000)``, every other option at its
   default: vector + BM25 keyword hits (its keyword index is built before the timing starts);
 - ``get``: one ``collection.get(ids=...)`` of exactly the ids the window retriever fetched for
-  that query: the second round trip, the floor of any windowing that reads neighbours.
+  that query: the second round trip, the floor of any windowing that reads neighbours;
+- ``window_where``: ``window`` as in a process that holds no keyword index (a static-windows
+  user's): Chroma applies the filter to the search. The others search the ids the hybrid
+  retriever's index passes (``KeywordIndex.passing``), as every retriever of a process that
+  runs the default does.
 
 It reports p50 and p95 of each, the ratios to plain in the same run, the windowed time above
 plain in units of that one get, and store calls a query. Numbers are ratios side by side:
@@ -49,6 +53,8 @@ from window_retriever import (
     add_chunks,
     open_store,
 )
+from window_retriever._chroma import ChromaWindowStore
+from window_retriever._protocol import SearchIds
 from window_retriever.evaluation import CountingStore
 
 PER_FILE = 50
@@ -65,6 +71,13 @@ class Recorder(CountingStore):
     def fetch(self, request: Fetch) -> Found:  # noqa: D102
         self.last_ids = list(request.ids)
         return super().fetch(request)
+
+
+class WhereFiltered(ChromaWindowStore):
+    """The store with Chroma applying every filter to the search: no keyword index used."""
+
+    def _passing(self, request: SearchIds) -> list[str] | None:
+        return None
 
 
 def corpus(chunks: int) -> tuple[list[Document], list[str]]:
@@ -113,7 +126,7 @@ def p(values: Sequence[float], q: float) -> float:
 
 
 def measure(store: Any, queries: Sequence[str], where: dict[str, str] | None) -> dict[str, Any]:
-    """Time plain, window, budget and the floor get on the same queries, interleaved."""
+    """Time plain, the windowed retrievers and the floor get on the same queries, interleaved."""
     recorder = Recorder(store)
     plain = store.as_retriever(search_kwargs={"k": 4, **({"filter": where} if where else {})})
     window = ContextWindowRetriever(vectorstore=recorder, k=4, filter=where)
@@ -121,11 +134,20 @@ def measure(store: Any, queries: Sequence[str], where: dict[str, str] | None) ->
         vectorstore=recorder, total_budget=2000, filter=where, candidates="vector"
     )
     hybrid = ContextWindowRetriever(vectorstore=recorder, total_budget=2000, filter=where)
-    retrievers = {"window": window, "budget": budget, "hybrid": hybrid}
+    unindexed = Recorder(WhereFiltered(store))
+    window_where = ContextWindowRetriever(vectorstore=unindexed, k=4, filter=where)
+    recorders = {"window": recorder, "budget": recorder, "hybrid": recorder}
+    recorders["window_where"] = unindexed
+    retrievers = {
+        "window": window,
+        "budget": budget,
+        "hybrid": hybrid,
+        "window_where": window_where,
+    }
     collection = store._collection
-    names = ("plain", "window", "budget", "hybrid", "get")
+    names = ("plain", "window", "budget", "hybrid", "window_where", "get")
     times: dict[str, list[float]] = {name: [] for name in names}
-    calls: dict[str, list[int]] = {"window": [], "budget": [], "hybrid": []}
+    calls: dict[str, list[int]] = {"window": [], "budget": [], "hybrid": [], "window_where": []}
 
     def timed(name: str, run: Callable[[], Any]) -> Any:
         began = time.perf_counter()
@@ -140,16 +162,16 @@ def measure(store: Any, queries: Sequence[str], where: dict[str, str] | None) ->
     for times_list in times.values():
         times_list.clear()
     for number, query in enumerate(queries):
-        order = ["plain", "window", "budget", "hybrid"]
-        order = order[number % 4 :] + order[: number % 4]  # no position bias
+        order = ["plain", "window", "budget", "hybrid", "window_where"]
+        order = order[number % 5 :] + order[: number % 5]  # no position bias
         for name in order:
             if name == "plain":
                 timed("plain", partial(plain.invoke, query))
                 continue
-            before = recorder.calls
+            before = recorders[name].calls
             recorder.last_ids = []
             timed(name, partial(retrievers[name].invoke, query))
-            calls[name].append(recorder.calls - before)
+            calls[name].append(recorders[name].calls - before)
             if name == "window":
                 include = ["documents", "metadatas"]
                 timed("get", partial(collection.get, ids=recorder.last_ids, include=include))
@@ -159,7 +181,7 @@ def measure(store: Any, queries: Sequence[str], where: dict[str, str] | None) ->
     result["hybrid"]["over_budget_p50"] = result["hybrid"]["p50"] / result["budget"]["p50"]
     result["budget"]["over_window_p50"] = result["budget"]["p50"] / result["window"]["p50"]
     result["hybrid"]["over_window_p50"] = result["hybrid"]["p50"] / result["window"]["p50"]
-    for name in ("window", "budget", "hybrid"):
+    for name in ("window", "budget", "hybrid", "window_where"):
         result[name]["ratio_p50"] = result[name]["p50"] / result["plain"]["p50"]
         result[name]["ratio_p95"] = result[name]["p95"] / result["plain"]["p95"]
         result[name]["calls"] = statistics.mean(calls[name])
@@ -226,8 +248,10 @@ def _line(row: dict[str, Any]) -> str:
         f"ms, window {row['window']['p50']:.2f} ({row['window']['ratio_p50']:.2f}x), budget "
         f"{row['budget']['p50']:.2f} ({row['budget']['ratio_p50']:.2f}x plain, "
         f"{row['budget']['over_window_p50']:.2f}x window), hybrid "
-        f"{row['hybrid']['p50']:.2f} ({row['hybrid']['over_budget_p50']:.2f}x budget), get "
-        f"{row['get']['p50']:.2f}, floor {row['floor_ratio_p50']:.2f}x"
+        f"{row['hybrid']['p50']:.2f} ({row['hybrid']['over_budget_p50']:.2f}x budget, "
+        f"{row['hybrid']['over_window_p50']:.2f}x window), window_where "
+        f"{row['window_where']['p50']:.2f}, get {row['get']['p50']:.2f}, floor "
+        f"{row['floor_ratio_p50']:.2f}x"
     )
 
 
@@ -236,11 +260,12 @@ def _table(rows: list[dict[str, Any]]) -> str:
         "| chunks | store | filter | plain p50 / p95 ms | window p50 / p95 ms | ratio p50 / p95 "
         "| budget p50 / p95 ms | ratio p50 / p95 | one get p50 ms | floor (plain + get) "
         "| above plain, in gets (window, budget, hybrid) | hybrid p50 / p95 ms "
-        "| budget / window p50 | hybrid / budget p50 | store calls (window, budget, hybrid) |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| budget / window p50 | hybrid / budget p50 | store calls (window, budget, hybrid) "
+        "| window_where / plain p50, above plain in gets |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
-        w, b, h = r["window"], r["budget"], r["hybrid"]
+        w, b, h, ww = r["window"], r["budget"], r["hybrid"], r["window_where"]
         lines.append(
             f"| {r['chunks']:,} | {r['store']} | {r['filter']} "
             f"| {r['plain']['p50']:.2f} / {r['plain']['p95']:.2f} "
@@ -250,7 +275,8 @@ def _table(rows: list[dict[str, Any]]) -> str:
             f"| {w['over_plain_in_gets']:.2f}, {b['over_plain_in_gets']:.2f}, "
             f"{h['over_plain_in_gets']:.2f} | {h['p50']:.2f} / {h['p95']:.2f} "
             f"| {b['over_window_p50']:.2f}x | {h['over_budget_p50']:.2f}x "
-            f"| {w['calls']:.2f}, {b['calls']:.2f}, {h['calls']:.2f} |"
+            f"| {w['calls']:.2f}, {b['calls']:.2f}, {h['calls']:.2f} "
+            f"| {ww['ratio_p50']:.2f}x, {ww['over_plain_in_gets']:.2f} |"
         )
     return "\n".join(lines)
 

@@ -385,19 +385,16 @@ class KeywordIndex:
         elif where is not None:
             scores[~self._passing(snapshot, where, predicate).mask] = 0
         scored = int(np.count_nonzero(scores))  # the rows that hold a query word (BM25 >= 0)
-        if 2 * scored > len(scores):  # most do: rank in place (gathering them costs as much)
-            hits, values = np.arange(len(scores)), scores
-        else:
-            hits = np.flatnonzero(scores > 0)
-            values = scores[hits]
         if scored > k:
             # Sorting every row that holds a query word costs 14 ms at 100k chunks: only the
             # rows at or above the k-th best score are sorted. They hold every row of their
-            # scores, so the order (ties included) is the full sort's.
+            # scores, so the order (ties included) is the full sort's. Where most rows score,
+            # the k-th is found in place (gathering them first costs as much).
+            values = scores if 2 * scored > len(scores) else scores[scores > 0]
             kth = np.partition(values, len(values) - k)[len(values) - k]  # > 0
-            hits = hits[values >= kth]
+            hits = np.flatnonzero(scores >= kth)
         else:
-            hits = hits[values > 0]
+            hits = np.flatnonzero(scores > 0)
         order = hits[np.lexsort((hits, -scores[hits]))][:k]  # score down, then row (= id) up
         return [(snapshot.ids[row], float(scores[row])) for row in order.tolist()]
 
