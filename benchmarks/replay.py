@@ -21,8 +21,9 @@ directory, built once).
 
 ``--against-reading-all`` checks one change without a record: for every configuration, in one
 process, the windows chosen before the read (on the keyword index's lengths, the default with
-a total budget) against those of reading every chunk the selection might measure (a store that
-holds nothing in the process); it prints the store calls a question and fails on a difference.
+a total budget) and searched by the ids the index passes (with a filter) against those of
+reading every chunk the selection might measure under Chroma's own filter (a store that holds
+nothing in the process); it prints the store calls a question and fails on a difference.
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ from langchain_text_splitters import RecursiveCharacterTextSplitter
 from locomo import build_store
 
 from window_retriever import ContextWindowRetriever, WindowSplitter, default_embeddings
-from window_retriever._stores import ChromaWindowStore, Indexed
+from window_retriever._stores import ChromaWindowStore, Indexed, SearchIds
 from window_retriever.evaluation import CountingStore
 
 VECTOR = {"candidates": "vector", "k": 4}
@@ -135,10 +136,14 @@ def replay(name: str, cache: Path) -> dict[str, Any]:
 class ReadingAll(ChromaWindowStore):
     """The same collection with nothing held in the process (no choosing before the read).
 
-    Adaptive windows then read every chunk the selection might measure.
+    Adaptive windows then read every chunk the selection might measure, and Chroma applies
+    the filter to the search (no ids from the keyword index).
     """
 
     def indexed(self, ids: Sequence[str]) -> Indexed | None:  # noqa: D102
+        return None
+
+    def _passing(self, request: SearchIds) -> list[str] | None:
         return None
 
 
