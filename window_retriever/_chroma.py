@@ -81,12 +81,18 @@ class ChromaWindowStore(WindowStore, AsyncWindowStore):
         return _hits(result, vector, self.space(), request)
 
     def fetch(self, request: Fetch) -> Found:
-        """Get chunks by id in one call, filtered by Chroma (``where``, ``where_document``)."""
+        """Get chunks by id in one call, filtered by Chroma (``where``, ``where_document``).
+
+        The process's keyword index, if there is one, is told what was read
+        (``KeywordIndex.correct``): a chunk rewritten behind its back is held as read.
+        """
         if not request.ids:
             return Found(documents=[], space=self.space())
         with store_errors(self.vectorstore):
             result = self.vectorstore._collection.get(**_get_arguments(request))
-        return _chunks(result, request.embeddings, self.space())
+        found = _chunks(result, request.embeddings, self.space())
+        self._correct(found.documents)
+        return found
 
     def search_ids(self, request: SearchIds) -> IdHits:
         """Search by the query's vector for ids and distances only.
@@ -101,10 +107,15 @@ class ChromaWindowStore(WindowStore, AsyncWindowStore):
         passing = self._passing(request)
         if passing is not None and not passing:
             return []  # the filter passes no chunk
+        query = self.vectorstore._collection.query
         with store_errors(self.vectorstore):
-            result = self.vectorstore._collection.query(
-                **_ids_query_arguments(request, vector, passing)
-            )
+            try:
+                result = query(**_ids_query_arguments(request, vector, passing))
+            except Exception as error:
+                if passing is None or not _refused(error):
+                    raise
+                self._distrust()  # an id deleted since the index was built: Chroma decides
+                result = query(**_ids_query_arguments(request, vector))
         return list(zip(result["ids"][0], map(float, result["distances"][0]), strict=True))
 
     def keyword_search(
@@ -163,7 +174,9 @@ class ChromaWindowStore(WindowStore, AsyncWindowStore):
         if not request.ids:
             return Found(documents=[], space=self.space())
         result = await server.call("get", _get_arguments(request))
-        return _chunks(result, request.embeddings, self.space())
+        found = _chunks(result, request.embeddings, self.space())
+        self._correct(found.documents)
+        return found
 
     async def asearch_ids(self, request: SearchIds) -> IdHits:
         """``search_ids`` over async HTTP on a server; in a thread otherwise."""
@@ -176,7 +189,13 @@ class ChromaWindowStore(WindowStore, AsyncWindowStore):
             passing = await in_thread(self._passing, request)  # may check the fingerprint
         if passing is not None and not passing:
             return []
-        result = await server.call("query", _ids_query_arguments(request, vector, passing))
+        try:
+            result = await server.call("query", _ids_query_arguments(request, vector, passing))
+        except Exception as error:
+            if passing is None or not _refused(error):
+                raise
+            self._distrust()
+            result = await server.call("query", _ids_query_arguments(request, vector))
         return list(zip(result["ids"][0], map(float, result["distances"][0]), strict=True))
 
     # ---- writes ----------------------------------------------------------------------------
@@ -303,11 +322,29 @@ class ChromaWindowStore(WindowStore, AsyncWindowStore):
 
     def _passing(self, request: SearchIds) -> list[str] | None:
         """The ids the keyword index passes for the request's filter, where it can say."""
-        keyword = sys.modules.get(_KEYWORD_MODULE)
-        if request.where is None or request.where_document is not None or keyword is None:
-            return None  # no filter, one only Chroma decides, or no index in this process
-        index: KeywordIndex | None = keyword.KeywordIndex.existing(self._keywords())
+        if request.where is None or request.where_document is not None:
+            return None  # no filter, or one only Chroma decides
+        index = self._index()
         return None if index is None else index.passing(request.where)
+
+    def _index(self) -> KeywordIndex | None:
+        """The process's keyword index of this collection, if one was made; never makes one."""
+        keyword = sys.modules.get(_KEYWORD_MODULE)
+        if keyword is None:  # never imported: no index in this process
+            return None
+        index: KeywordIndex | None = keyword.KeywordIndex.existing(self._keywords())
+        return index
+
+    def _distrust(self) -> None:
+        index = self._index()
+        if index is not None:
+            index.distrust()
+
+    def _correct(self, documents: Sequence[Document]) -> None:
+        """Tell the keyword index, if there is one, what was just read (``correct``)."""
+        index = self._index() if documents else None
+        if index is not None:
+            index.correct({d.id: (len(d.page_content), d.metadata) for d in documents if d.id})
 
     def _keywords(self) -> ChromaKeywordSource:
         """What the keyword index reads and writes of this store's collection (made once)."""
@@ -609,6 +646,13 @@ def _query_arguments(request: Search, vector: Sequence[float]) -> dict[str, Any]
         **_filters(request),
         "include": ["documents", "metadatas", "distances", *embeddings],
     }
+
+
+def _refused(error: BaseException) -> bool:
+    """Chroma refused a search by ids: it names one it no longer holds ("Error finding id")."""
+    from chromadb.errors import InternalError
+
+    return isinstance(error, InternalError)
 
 
 def _ids_query_arguments(

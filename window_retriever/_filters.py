@@ -193,6 +193,7 @@ def _leaf(key: str, operator: Any, operand: Any) -> Predicate:
     if operator in _COMPARISONS:
         if _kind(operand) not in ("int", "float"):
             raise _UndecidableError
+        _check_scalar(operand)
         return lambda metadata: _compare(operator, metadata.get(key, _MISSING), operand)
     _check_scalar(operand)
     if _kind(operand) == "str":  # as _equal decides it: equal strings only
@@ -218,8 +219,13 @@ def _kind(value: Any) -> str:
 
 
 def _check_scalar(operand: Any) -> None:
+    """A value Chroma decides (NaN, infinities and ints beyond 64 bits are left to it)."""
     kind = _kind(operand)
-    if kind == "other" or (kind == "float" and not math.isfinite(operand)):
+    if (
+        kind == "other"
+        or (kind == "float" and not math.isfinite(operand))
+        or (kind == "int" and not -(2**63) <= operand < 2**63)
+    ):
         raise _UndecidableError
 
 

@@ -48,7 +48,7 @@ Filters
 -------
 ``where`` is decided exactly as Chroma decides it: by :func:`~window_retriever._filters.
 compile_where` over the metadata held with the index, once per filter and snapshot (a mask of
-the rows it passes, the last :data:`_MASKS_KEPT` filters kept); a filter it cannot decide, and
+the rows it passes, the last :data:`_PASSING_KEPT` filters kept); a filter it cannot decide, and
 any ``where_document`` (Chroma's ``$contains`` / ``$regex`` are case-sensitive and its regex
 dialect is Rust's), is given to Chroma itself, which returns the ids that pass
 (:meth:`KeywordSource.allowed_ids`, on Chroma ``get(include=[])``); the index masks the rest.
@@ -125,6 +125,8 @@ each chunk's length)."""
 _TOKENIZER = {"stopwords": "en", "stemmer": "english", "lower": True, "pattern": r"(?u)\b\w\w+\b"}
 _BM25 = {"method": "lucene", "k1": 1.5, "b": 0.75}
 _MASKS_KEPT = 16
+_PASSING_KEPT = 64
+_DISTRUST_SECONDS = 60.0
 _READ_KEPT = 65_536
 
 
@@ -210,10 +212,10 @@ class _Snapshot:
     lengths: np.ndarray | None = None  # each row's text length in characters (int32)
     read: dict[str, tuple[int, Mapping[str, Any]]] = field(default_factory=dict)
     """Chunks read since the build that differed from it (``KeywordIndex.reindex``)."""
-    revision: int = 0
-    """How many times :meth:`KeywordIndex.reindex` changed ``read`` (a key of ``passing``)."""
     masks: OrderedDict[bytes, np.ndarray] = field(default_factory=OrderedDict)
-    passing: OrderedDict[tuple[bytes, int], _Passing] = field(default_factory=OrderedDict)
+    passing: OrderedDict[str, _Passing] = field(default_factory=OrderedDict)
+    distrusted_at: float = -math.inf
+    """When Chroma last refused a search by its ids (:meth:`KeywordIndex.distrust`)."""
     row_of: dict[str, int] | None = None
     dense: dict[int, np.ndarray] | None = None
 
@@ -247,6 +249,7 @@ class _Passing:
     """The rows a filter passes in one snapshot (decided in the process), and their ids."""
 
     mask: np.ndarray
+    predicate: Predicate
     ids: list[str] | None = None
 
 
@@ -295,7 +298,9 @@ class KeywordIndex:
         self._lock = threading.Lock()
         """Held while checking the fingerprint and building (a build takes seconds)."""
         self._masks_lock = threading.Lock()
-        """Held while reading or adding a kept filter mask (never while building)."""
+        """Held while reading or changing a kept filter mask (never while building)."""
+        self._differs_at = -math.inf
+        """When :meth:`_checked` last found the collection changed since the build."""
         self._clock: Callable[[], float] = time.monotonic
 
     # ---- the shared index of a store ----------------------------------------------------
@@ -448,43 +453,81 @@ class KeywordIndex:
 
         For a filtered vector search by ids (``ChromaWindowStore.search_ids``): Chroma's
         ``ids=`` costs a third to a sixth of its ``where`` over the same chunks, for the same
-        hits. Kept per filter (the last :data:`_MASKS_KEPT`); the first time a filter is seen,
-        every chunk's metadata is read (6 to 15 ms at 20k chunks, 23 to 36 ms at 100k: still
-        less than Chroma's ``where``).
+        hits. Kept per filter (the last :data:`_PASSING_KEPT`); the first time a filter is
+        seen, every chunk's metadata is read (6 to 15 ms at 20k chunks, 18 to 36 ms at 100k:
+        still less than Chroma's ``where``).
 
         As current as the index (the module docstring): a chunk a bare write moved into the
-        filter is missed until the next invalidation, and one it moved out is still listed, so
-        a caller applies the filter to every chunk it reads. Never builds, rebuilds or waits:
-        ``None`` before the first build, while another thread checks or builds, when the
-        collection changed since the last build (the next search rebuilds), or when
-        ``_filters`` cannot decide ``where``.
+        filter is missed until the next invalidation, one it moved out is still listed until
+        it is read (:meth:`correct`), so a caller applies the filter to every chunk it reads,
+        and one deleted since makes Chroma refuse the search (:meth:`distrust`). ``None``, and
+        the caller lets Chroma apply the filter, before the first build, while another thread
+        checks or builds, when the collection changed since the build (until a keyword search
+        rebuilds; the change is checked again after ``check_interval``), for a while after
+        :meth:`distrust`, and when ``_filters`` cannot decide ``where``. It never waits for
+        another thread; when a check is due it makes it (the two calls of the fingerprint).
         """
         predicate = compile_where(where)
         if predicate is None:
             return None
         snapshot = self._checked()
-        if snapshot is None:
+        if snapshot is None or self._clock() - snapshot.distrusted_at < _DISTRUST_SECONDS:
             return None
         passing = self._passing(snapshot, where, predicate)
-        if passing.ids is None:
-            passing.ids = [snapshot.ids[row] for row in np.flatnonzero(passing.mask).tolist()]
-        return passing.ids
+        ids = passing.ids
+        if ids is None:
+            ids = [snapshot.ids[row] for row in np.flatnonzero(passing.mask).tolist()]
+            passing.ids = ids
+        return ids
+
+    def distrust(self) -> None:
+        """Chroma refused a search by the ids :meth:`passing` gave: stop giving them.
+
+        Chroma refuses ``query(ids=...)`` naming an id it no longer holds, so a chunk deleted
+        since the build (by another process within ``check_interval``, by a bare delete that
+        kept the count, or by the library's own write still under way) would fail every
+        filtered search. For :data:`_DISTRUST_SECONDS`, or until the next build (the
+        collection's next change), the filter goes to Chroma instead: a refusal of another
+        cause (Chroma reports both as an internal error) costs no more than that.
+        """
+        snapshot = self._snapshot
+        if snapshot is not None:
+            snapshot.distrusted_at = self._clock()
 
     def reindex(self, read: Mapping[str, tuple[int, Mapping[str, Any]]]) -> None:
         """Hold these chunks as just read: their length and metadata, until the next build.
 
         For a chunk rewritten in place without :meth:`invalidate` (the fingerprint does not
         change, so no check rebuilds): :meth:`indexed` then answers what the store holds, and
-        adaptive selection stops reading it twice. The BM25 ranking is not changed (its
-        terms are the build's). At most :data:`_READ_KEPT` chunks are held so.
+        adaptive selection stops reading it twice; the filters kept pass or hide it by the
+        metadata read. The BM25 ranking is not changed (its terms are the build's). At most
+        :data:`_READ_KEPT` chunks are held so.
         """
         snapshot = self._snapshot
         if snapshot is None:
             return
-        for chunk_id, entry in read.items():
-            if len(snapshot.read) < _READ_KEPT or chunk_id in snapshot.read:
+        row_of = snapshot.row_index()
+        with self._masks_lock:
+            for chunk_id, entry in read.items():
+                if len(snapshot.read) >= _READ_KEPT and chunk_id not in snapshot.read:
+                    continue
                 snapshot.read[chunk_id] = entry
-        snapshot.revision += 1  # the filters' masks are made again, on the metadata read
+                row = row_of.get(chunk_id)
+                if row is None:
+                    continue  # not in this build: the next one indexes it
+                for passing in snapshot.passing.values():
+                    passes = passing.predicate(entry[1])
+                    if bool(passing.mask[row]) != passes:
+                        passing.mask[row] = passes
+                        passing.ids = None
+
+    def correct(self, read: Mapping[str, tuple[int, Mapping[str, Any]]]) -> None:
+        """:meth:`reindex` the chunks of ``read`` (just read from the store) that differ here."""
+        held = self.indexed(list(read))
+        if held:
+            differs = {i: e for i, e in read.items() if held.get(i, e) != e}
+            if differs:
+                self.reindex(differs)
 
     def __len__(self) -> int:
         """How many chunks the current snapshot holds (checks the collection if due)."""
@@ -514,14 +557,15 @@ class KeywordIndex:
         Never waits: ``None`` while another thread holds the lock (checking or building), and
         when the collection changed since the build (the next :meth:`search` rebuilds).
         """
-        snapshot = self._snapshot
-        if snapshot is None or self._clock() - self._checked_at < self.check_interval:
+        snapshot, now = self._snapshot, self._clock()
+        if snapshot is None or now - self._checked_at < self.check_interval:
             return snapshot
-        if not self._lock.acquire(blocking=False):
+        if now - self._differs_at < self.check_interval or not self._lock.acquire(blocking=False):
             return None
         try:
             snapshot, started = self._snapshot, self._clock()
             if snapshot is None or snapshot.fingerprint != self._source.fingerprint():
+                self._differs_at = started  # not again before check_interval, nor rebuilt here
                 return None
             self._checked_at = started
             return snapshot
@@ -580,10 +624,12 @@ class KeywordIndex:
     def _passing(
         self, snapshot: _Snapshot, where: Mapping[str, Any], predicate: Predicate
     ) -> _Passing:
-        """The rows ``predicate`` (``where`` compiled) passes, on the metadata held (kept)."""
-        import orjson
+        """The rows ``predicate`` (``where`` compiled) passes, on the metadata held (kept).
 
-        key = (orjson.dumps(where, option=orjson.OPT_SORT_KEYS), snapshot.revision)
+        Kept by ``repr``: exact for what ``compile_where`` decides (plain values: a 1, a 1.0
+        and a True differ), and a filter written in another key order is only a miss.
+        """
+        key = repr(where)
         with self._masks_lock:
             passing = snapshot.passing.get(key)
             if passing is not None:
@@ -592,14 +638,14 @@ class KeywordIndex:
         metadatas = snapshot.metadatas
         mask = np.fromiter(map(predicate, metadatas), dtype=bool, count=len(metadatas))
         row_of = snapshot.row_index()
-        for chunk_id, (_, metadata) in list(snapshot.read.items()):  # corrected since the build
-            row = row_of.get(chunk_id)
-            if row is not None:
-                mask[row] = predicate(metadata)
-        passing = _Passing(mask)
-        with self._masks_lock:
+        passing = _Passing(mask, predicate)
+        with self._masks_lock:  # corrected since the build (none can be added meanwhile)
+            for chunk_id, (_, metadata) in snapshot.read.items():
+                row = row_of.get(chunk_id)
+                if row is not None:
+                    mask[row] = predicate(metadata)
             snapshot.passing[key] = passing
-            while len(snapshot.passing) > _MASKS_KEPT:
+            while len(snapshot.passing) > _PASSING_KEPT:
                 snapshot.passing.popitem(last=False)
         return passing
 

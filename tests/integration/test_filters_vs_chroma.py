@@ -114,6 +114,9 @@ INVALID: list[dict[str, Any]] = [
     {"$and": [{"a": 1}]},
     {"$or": []},
     {"a": {"$eq": [1, 2]}},
+    {"a": {"$lt": float("inf")}},
+    {"a": {"$gte": float("-inf")}},
+    {"a": {"$gt": float("nan")}},
 ]
 
 
@@ -238,3 +241,21 @@ def test_the_check_refuses_exactly_what_chroma_refuses(
         assert not we_take, where
     else:
         assert we_take == chroma_takes, (where, chroma_takes)
+
+
+@pytest.mark.parametrize(
+    "where",
+    [
+        {"a": 2**70},
+        {"a": {"$ne": -(2**63) - 1}},
+        {"a": {"$lt": 2**64}},
+        {"a": {"$in": [1, 2**63]}},
+        {"a": {"$lte": float("inf")}},
+        {"a": {"$eq": float("nan")}},
+    ],
+    ids=str,
+)
+def test_values_only_chroma_decides_are_left_to_it(where: dict[str, Any]) -> None:
+    """NaN, infinities and ints beyond 64 bits: Chroma refuses some of these or stores them
+    its own way, so the evaluator does not guess (and nothing keys a cache by them)."""
+    assert compile_where(where) is None

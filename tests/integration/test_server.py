@@ -405,3 +405,39 @@ def test_a_filtered_search_on_a_server_asks_for_the_ids_the_index_passes(
     (body,) = sent
     assert body.get("where") is None and set(body["ids"]) == passed
     assert [chunk_id for chunk_id, _ in got] == expected["ids"][0]
+
+
+@pytest.mark.parametrize("run", ["sync", "async"])
+def test_a_chunk_deleted_behind_the_index_s_back_does_not_fail_a_search_on_a_server(
+    chroma_server: str, run: str
+) -> None:
+    """The server refuses a search by ids naming one it no longer holds; the search asks
+    again under ``where`` (sync client and async HTTP alike) and finds what Chroma finds."""
+    from window_retriever._chroma import keyword_index
+    from window_retriever._protocol import SearchIds
+
+    store = open_store(
+        url=chroma_server,
+        collection=unique("deleted"),
+        create=True,
+        embeddings=DeterministicFakeEmbedding(size=32),
+        environ={},
+    )
+    fill(store)
+    keyword_index(store).search("warm", k=1)
+    where = {"tenant": "acme"}
+    gone = store._collection.get(where=where, limit=1)["ids"][0]  # type: ignore[arg-type]
+    store._collection.delete(ids=[gone])  # the count changes, but no check is due yet
+    windows = ChromaWindowStore(store)
+    request = SearchIds("topic3 word3", 8, where)
+    if run == "sync":
+        got = windows.search_ids(request)
+    else:
+        got = asyncio.run(windows.asearch_ids(request))
+    expected = store._collection.query(
+        query_embeddings=[store.embeddings.embed_query("topic3 word3")],  # type: ignore[union-attr]
+        n_results=8,
+        where=where,  # type: ignore[arg-type]
+        include=["distances"],
+    )
+    assert [chunk_id for chunk_id, _ in got] == expected["ids"][0]

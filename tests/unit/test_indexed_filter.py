@@ -222,3 +222,105 @@ def test_a_chunk_the_index_holds_as_read_is_passed_by_its_metadata_read(store: C
     index.reindex({target: (10, {**metadata, "tenant": "a"})})
     assert target in (index.passing({"tenant": "a"}) or [])
     assert target not in (index.passing({"tenant": "b"}) or [])
+
+
+def test_a_chunk_deleted_behind_the_index_s_back_is_searched_under_where_not_refused(
+    store: Chroma, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Chroma refuses a search by ids that names an id it no longer holds. A bare delete and
+    add keep the count, so the index still lists the deleted chunk: the search asks again
+    under ``where`` (one call more, once), and until the next build Chroma decides."""
+    keyword_index(store).search("warm", k=1)
+    gone = store._collection.get(where={"tenant": "a"}, limit=1)["ids"][0]
+    store._collection.delete(ids=[gone])
+    late = split([Document(turns(1, 9), metadata={"source": "late", "tenant": "b"})], 400, 0)
+    store.add_documents(late[:1], ids=[late[0].metadata["chunk_id"]])
+    asked: list[dict[str, Any]] = []
+    query = store._collection.query
+
+    def recorded(**arguments: Any) -> Any:
+        asked.append(arguments)  # before the call: the refused one too
+        return query(**arguments)
+
+    monkeypatch.setattr(store._collection, "query", recorded)
+    got = _search_ids(store, QUESTIONS[0], {"tenant": "a"})
+
+    first, second = asked
+    assert gone in first["ids"] and second["where"] == {"tenant": "a"}
+    assert got == _chroma_where(store, QUESTIONS[0], {"tenant": "a"})
+    asked.clear()
+    retriever = ContextWindowRetriever(vectorstore=store, filter={"tenant": "a"}, total_budget=800)
+    assert retriever.invoke(QUESTIONS[1])
+    (only,) = asked  # not refused again: Chroma decides
+    assert only["where"] == {"tenant": "a"}
+
+
+def test_a_hit_read_as_moved_out_is_not_searched_again(
+    store: Chroma, spy_on: Callable[[Chroma], StoreSpy]
+) -> None:
+    """Vector candidates drop a hit whose metadata just read is another tenant's; the index
+    learns it from that read, so the next search no longer asks for it."""
+    keyword_index(store).search("warm", k=1)
+    options: dict[str, Any] = {"filter": {"tenant": "a"}, "total_budget": 800}
+    retriever = ContextWindowRetriever(vectorstore=store, candidates="vector", **options)
+    question = QUESTIONS[2]
+    moved = retriever.invoke(question)[0].metadata["hit_chunk_ids"][0]
+    metadata = store._collection.get(ids=[moved])["metadatas"][0]  # type: ignore[index]
+    store._collection.update(ids=[moved], metadatas=[{**metadata, "tenant": "b"}])
+    spy = spy_on(store)
+
+    first = retriever.invoke(question)
+    assert moved in _queries(spy)[0]["ids"]  # still listed: the index had not read it
+    spy.reset()
+    again = retriever.invoke(question)
+
+    assert moved not in _queries(spy)[0]["ids"]
+    for got in (first, again):
+        assert moved not in {i for d in got for i in d.metadata["chunk_ids"]}
+
+
+def test_a_changed_collection_is_checked_once_an_interval_not_on_every_search(
+    store: Chroma, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A process that does not search by keyword never rebuilds: its filtered searches go to
+    Chroma, and the fingerprint is read again only after ``check_interval``."""
+    index = keyword_index(store)
+    index._clock = clock = FakeClock()
+    index.search("warm", k=1)
+    late = split([Document(turns(2, 9), metadata={"source": "late", "tenant": "a"})], 140, 30)
+    store.add_documents(late, ids=[c.metadata["chunk_id"] for c in late])
+    checks: list[object] = []
+    fingerprint = index._source.fingerprint
+    monkeypatch.setattr(index._source, "fingerprint", lambda: checks.append(1) or fingerprint())
+    clock.now += 2
+    for _ in range(5):
+        assert index.passing({"tenant": "a"}) is None
+    assert len(checks) == 1
+    clock.now += 2
+    assert index.passing({"tenant": "a"}) is None
+    assert len(checks) == 2
+
+
+def test_a_correction_that_keeps_a_chunk_s_place_in_a_filter_keeps_the_filter_s_ids(
+    store: Chroma,
+) -> None:
+    index = keyword_index(store)
+    index.search("warm", k=1)
+    ids = index.passing({"tenant": "a"})
+    assert ids
+    metadata = store._collection.get(ids=[ids[0]])["metadatas"][0]  # type: ignore[index]
+    index.reindex({ids[0]: (10, {**metadata, "reviewed": True})})  # a key the filter ignores
+    assert index.passing({"tenant": "a"}) is ids  # not made again
+    index.reindex({ids[0]: (10, {**metadata, "tenant": "b"})})
+    assert index.passing({"tenant": "a"}) == ids[1:]
+
+
+def test_a_filter_given_as_any_mapping_is_decided_alike(store: Chroma) -> None:
+    from types import MappingProxyType
+
+    index = keyword_index(store)
+    index.search("warm", k=1)
+    where = {"$and": [{"tenant": "a"}, {"chunk_index": {"$lt": 4}}]}
+    frozen = MappingProxyType({"$and": [MappingProxyType(w) for w in where["$and"]]})
+    assert index.passing(frozen) == index.passing(where)
+    assert index.search("camping", k=5, where=frozen) == index.search("camping", k=5, where=where)
