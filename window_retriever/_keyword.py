@@ -251,6 +251,8 @@ class _Passing:
     mask: np.ndarray
     predicate: Predicate
     ids: list[str] | None = None
+    changes: int = 0
+    """How many rows :meth:`KeywordIndex.reindex` turned (an ``ids`` made meanwhile is not kept)."""
 
 
 class KeywordIndex:
@@ -476,8 +478,11 @@ class KeywordIndex:
         passing = self._passing(snapshot, where, predicate)
         ids = passing.ids
         if ids is None:
+            changes = passing.changes
             ids = [snapshot.ids[row] for row in np.flatnonzero(passing.mask).tolist()]
-            passing.ids = ids
+            with self._masks_lock:
+                if passing.changes == changes:  # no row turned while the list was made
+                    passing.ids = ids
         return ids
 
     def distrust(self) -> None:
@@ -520,6 +525,7 @@ class KeywordIndex:
                     if bool(passing.mask[row]) != passes:
                         passing.mask[row] = passes
                         passing.ids = None
+                        passing.changes += 1
 
     def correct(self, read: Mapping[str, tuple[int, Mapping[str, Any]]]) -> None:
         """:meth:`reindex` the chunks of ``read`` (just read from the store) that differ here."""
