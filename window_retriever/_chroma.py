@@ -88,10 +88,12 @@ class ChromaWindowStore(WindowStore, AsyncWindowStore):
         """
         if not request.ids:
             return Found(documents=[], space=self.space())
+        index = self._index()
+        build = None if index is None else index.build()
         with store_errors(self.vectorstore):
             result = self.vectorstore._collection.get(**_get_arguments(request))
         found = _chunks(result, request.embeddings, self.space())
-        self._correct(found.documents)
+        _correct(index, build, found.documents)
         return found
 
     def search_ids(self, request: SearchIds) -> IdHits:
@@ -173,9 +175,11 @@ class ChromaWindowStore(WindowStore, AsyncWindowStore):
             return await in_thread(self.fetch, request)
         if not request.ids:
             return Found(documents=[], space=self.space())
+        index = self._index()
+        build = None if index is None else index.build()
         result = await server.call("get", _get_arguments(request))
         found = _chunks(result, request.embeddings, self.space())
-        self._correct(found.documents)
+        _correct(index, build, found.documents)
         return found
 
     async def asearch_ids(self, request: SearchIds) -> IdHits:
@@ -339,12 +343,6 @@ class ChromaWindowStore(WindowStore, AsyncWindowStore):
         index = self._index()
         if index is not None:
             index.distrust()
-
-    def _correct(self, documents: Sequence[Document]) -> None:
-        """Tell the keyword index, if there is one, what was just read (``correct``)."""
-        index = self._index() if documents else None
-        if index is not None:
-            index.correct({d.id: (len(d.page_content), d.metadata) for d in documents if d.id})
 
     def _keywords(self) -> ChromaKeywordSource:
         """What the keyword index reads and writes of this store's collection (made once)."""
@@ -646,6 +644,12 @@ def _query_arguments(request: Search, vector: Sequence[float]) -> dict[str, Any]
         **_filters(request),
         "include": ["documents", "metadatas", "distances", *embeddings],
     }
+
+
+def _correct(index: KeywordIndex | None, build: object | None, read: Sequence[Document]) -> None:
+    """Tell the keyword index, if there is one, what was just read (``KeywordIndex.correct``)."""
+    if index is not None and read:
+        index.correct({d.id: (len(d.page_content), d.metadata) for d in read if d.id}, build)
 
 
 def _refused(error: BaseException) -> bool:

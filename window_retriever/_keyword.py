@@ -434,21 +434,7 @@ class KeywordIndex:
         the last check: see the module docstring), with what :meth:`reindex` corrected since
         it was built; ids it does not hold are left out. ``None`` before the first search.
         """
-        snapshot = self._snapshot
-        if snapshot is None or snapshot.lengths is None:
-            return None
-        row_of, lengths, metadatas = snapshot.row_index(), snapshot.lengths, snapshot.metadatas
-        corrected = snapshot.read
-        found: dict[str, tuple[int, Mapping[str, Any]]] = {}
-        for chunk_id in ids:
-            entry = corrected.get(chunk_id) if corrected else None
-            if entry is not None:
-                found[chunk_id] = entry
-                continue
-            row = row_of.get(chunk_id)
-            if row is not None:
-                found[chunk_id] = (int(lengths[row]), metadatas[row])
-        return found
+        return _held(self._snapshot, ids)
 
     def passing(self, where: Mapping[str, Any]) -> list[str] | None:
         """The ids of every chunk ``where`` passes, decided on the metadata this index holds.
@@ -478,8 +464,9 @@ class KeywordIndex:
         passing = self._passing(snapshot, where, predicate)
         ids = passing.ids
         if ids is None:
-            changes = passing.changes
-            ids = [snapshot.ids[row] for row in np.flatnonzero(passing.mask).tolist()]
+            with self._masks_lock:  # numpy reads the mask without the GIL: not while it turns
+                mask, changes = passing.mask.copy(), passing.changes
+            ids = [snapshot.ids[row] for row in np.flatnonzero(mask).tolist()]
             with self._masks_lock:
                 if passing.changes == changes:  # no row turned while the list was made
                     passing.ids = ids
@@ -508,8 +495,33 @@ class KeywordIndex:
         metadata read. The BM25 ranking is not changed (its terms are the build's). At most
         :data:`_READ_KEPT` chunks are held so.
         """
+        self._reindex(self._snapshot, read)
+
+    def build(self) -> object | None:
+        """The current build, as a token for :meth:`correct` (None before the first)."""
+        return self._snapshot
+
+    def correct(
+        self, read: Mapping[str, tuple[int, Mapping[str, Any]]], build: object | None
+    ) -> None:
+        """:meth:`reindex` the chunks of ``read`` (just read from the store) that differ here.
+
+        Only while the index holds ``build`` (:meth:`build`, taken before the read): one built
+        since may hold a newer state than the read.
+        """
         snapshot = self._snapshot
-        if snapshot is None:
+        if snapshot is None or snapshot is not build:
+            return
+        held = _held(snapshot, list(read))
+        if held:
+            differs = {i: e for i, e in read.items() if held.get(i, e) != e}
+            if differs:
+                self._reindex(snapshot, differs)
+
+    def _reindex(
+        self, snapshot: _Snapshot | None, read: Mapping[str, tuple[int, Mapping[str, Any]]]
+    ) -> None:
+        if snapshot is None or snapshot is not self._snapshot:
             return
         row_of = snapshot.row_index()
         with self._masks_lock:
@@ -526,14 +538,6 @@ class KeywordIndex:
                         passing.mask[row] = passes
                         passing.ids = None
                         passing.changes += 1
-
-    def correct(self, read: Mapping[str, tuple[int, Mapping[str, Any]]]) -> None:
-        """:meth:`reindex` the chunks of ``read`` (just read from the store) that differ here."""
-        held = self.indexed(list(read))
-        if held:
-            differs = {i: e for i, e in read.items() if held.get(i, e) != e}
-            if differs:
-                self.reindex(differs)
 
     def __len__(self) -> int:
         """How many chunks the current snapshot holds (checks the collection if due)."""
@@ -665,6 +669,26 @@ class KeywordIndex:
             documents += page_documents
             metadatas += page_metadatas
         return ids, documents, metadatas
+
+
+def _held(
+    snapshot: _Snapshot | None, ids: Sequence[str]
+) -> dict[str, tuple[int, Mapping[str, Any]]] | None:
+    """:meth:`KeywordIndex.indexed` of one snapshot."""
+    if snapshot is None or snapshot.lengths is None:
+        return None
+    row_of, lengths, metadatas = snapshot.row_index(), snapshot.lengths, snapshot.metadatas
+    corrected = snapshot.read
+    found: dict[str, tuple[int, Mapping[str, Any]]] = {}
+    for chunk_id in ids:
+        entry = corrected.get(chunk_id) if corrected else None
+        if entry is not None:
+            found[chunk_id] = entry
+            continue
+        row = row_of.get(chunk_id)
+        if row is not None:
+            found[chunk_id] = (int(lengths[row]), metadatas[row])
+    return found
 
 
 def _check_interval(value: float) -> None:

@@ -324,3 +324,45 @@ def test_a_filter_given_as_any_mapping_is_decided_alike(store: Chroma) -> None:
     frozen = MappingProxyType({"$and": [MappingProxyType(w) for w in where["$and"]]})
     assert index.passing(frozen) == index.passing(where)
     assert index.search("camping", k=5, where=frozen) == index.search("camping", k=5, where=where)
+
+
+def test_an_id_list_made_while_a_correction_turns_a_row_is_not_kept(
+    store: Chroma, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A correction lands while another thread makes a filter's id list: that list may be
+    used once, but is not kept (it would pass the moved chunk until its row turned again)."""
+    import numpy as np
+
+    index = keyword_index(store)
+    index.search("warm", k=1)
+    where = {"tenant": "a"}
+    first, second = index.passing(where)[:2]  # type: ignore[index]
+    metadata = store._collection.get(ids=[first])["metadatas"][0]  # type: ignore[index]
+    index.reindex({first: (10, {**metadata, "tenant": "b"})})  # the list is made again...
+    flatnonzero = np.flatnonzero
+
+    def meanwhile(mask: Any) -> Any:
+        monkeypatch.setattr(np, "flatnonzero", flatnonzero)
+        rows = flatnonzero(mask)
+        index.reindex({second: (10, {**metadata, "tenant": "b"})})  # ...and a row turns
+        return rows
+
+    monkeypatch.setattr(np, "flatnonzero", meanwhile)
+    assert second in index.passing(where)  # type: ignore[operator]
+    assert second not in index.passing(where)  # type: ignore[operator]
+
+
+def test_a_read_is_not_held_by_a_build_made_after_it(store: Chroma) -> None:
+    """A fetch takes the build before it reads; if the index is built again meanwhile, what it
+    read may be older than the new build, so it is not held as a correction."""
+    index = keyword_index(store)
+    index.search("warm", k=1)
+    (chunk_id,) = index.passing({"tenant": "a"})[:1]  # type: ignore[index]
+    metadata = store._collection.get(ids=[chunk_id])["metadatas"][0]  # type: ignore[index]
+    build = index.build()
+    invalidate_keywords(store)
+    index.refresh()  # built again
+    index.correct({chunk_id: (10, {**metadata, "tenant": "b"})}, build)
+    assert chunk_id in index.passing({"tenant": "a"})  # type: ignore[operator]
+    index.correct({chunk_id: (10, {**metadata, "tenant": "b"})}, index.build())
+    assert chunk_id not in index.passing({"tenant": "a"})  # type: ignore[operator]
