@@ -376,12 +376,7 @@ def test_a_filtered_search_on_a_server_asks_for_the_ids_the_index_passes(
     where = {"tenant": "acme"}
     passed = set(store._collection.get(where=where, include=[])["ids"])  # type: ignore[arg-type]
     assert 0 < len(passed) < store._collection.count()
-    expected = store._collection.query(
-        query_embeddings=[store.embeddings.embed_query("topic3 word3")],  # type: ignore[union-attr]
-        n_results=8,
-        where=where,  # type: ignore[arg-type]
-        include=["distances"],
-    )
+    expected = _where_hits(store, "topic3 word3", where, 8)
     sent: list[dict[str, Any]] = []
     query, call = store._collection.query, _AsyncServer.call
 
@@ -404,7 +399,7 @@ def test_a_filtered_search_on_a_server_asks_for_the_ids_the_index_passes(
 
     (body,) = sent
     assert body.get("where") is None and set(body["ids"]) == passed
-    assert [chunk_id for chunk_id, _ in got] == expected["ids"][0]
+    assert [chunk_id for chunk_id, _ in got] == expected
 
 
 @pytest.mark.parametrize("run", ["sync", "async"])
@@ -434,10 +429,16 @@ def test_a_chunk_deleted_behind_the_index_s_back_does_not_fail_a_search_on_a_ser
         got = windows.search_ids(request)
     else:
         got = asyncio.run(windows.asearch_ids(request))
-    expected = store._collection.query(
-        query_embeddings=[store.embeddings.embed_query("topic3 word3")],  # type: ignore[union-attr]
-        n_results=8,
+    expected = _where_hits(store, "topic3 word3", where, 8)
+    assert [chunk_id for chunk_id, _ in got] == expected
+
+
+def _where_hits(store: Chroma, question: str, where: dict[str, Any], k: int) -> list[str]:
+    """The ids Chroma's own ``where`` search finds, best first."""
+    found = store._collection.query(
+        query_embeddings=[store.embeddings.embed_query(question)],  # type: ignore[union-attr]
+        n_results=k,
         where=where,  # type: ignore[arg-type]
         include=["distances"],
     )
-    assert [chunk_id for chunk_id, _ in got] == expected["ids"][0]
+    return found["ids"][0]
