@@ -361,18 +361,9 @@ def test_a_filtered_search_on_a_server_asks_for_the_ids_the_index_passes(
 ) -> None:
     """Once the process holds the keyword index, the search sends the ids its metadata
     passes in place of the filter (sync client and async HTTP alike), for Chroma's own hits."""
-    from window_retriever._chroma import _AsyncServer, keyword_index
-    from window_retriever._protocol import SearchIds
+    from window_retriever._chroma import _AsyncServer
 
-    store = open_store(
-        url=chroma_server,
-        collection=unique("passing"),
-        create=True,
-        embeddings=DeterministicFakeEmbedding(size=32),
-        environ={},
-    )
-    fill(store)
-    keyword_index(store).search("warm", k=1)
+    store = _indexed_store(chroma_server, "passing")
     where = {"tenant": "acme"}
     passed = set(store._collection.get(where=where, include=[])["ids"])  # type: ignore[arg-type]
     assert 0 < len(passed) < store._collection.count()
@@ -390,12 +381,7 @@ def test_a_filtered_search_on_a_server_asks_for_the_ids_the_index_passes(
 
     monkeypatch.setattr(store._collection, "query", spy_query)
     monkeypatch.setattr(_AsyncServer, "call", spy_call)
-    windows = ChromaWindowStore(store)
-    request = SearchIds("topic3 word3", 8, where)
-    if run == "sync":
-        got = windows.search_ids(request)
-    else:
-        got = asyncio.run(windows.asearch_ids(request))
+    got = _search_ids(store, "topic3 word3", where, run)
 
     (body,) = sent
     assert body.get("where") is None and set(body["ids"]) == passed
@@ -408,29 +394,39 @@ def test_a_chunk_deleted_behind_the_index_s_back_does_not_fail_a_search_on_a_ser
 ) -> None:
     """The server refuses a search by ids naming one it no longer holds; the search asks
     again under ``where`` (sync client and async HTTP alike) and finds what Chroma finds."""
+    store = _indexed_store(chroma_server, "deleted")
+    where = {"tenant": "acme"}
+    gone = store._collection.get(where=where, limit=1)["ids"][0]  # type: ignore[arg-type]
+    store._collection.delete(ids=[gone])  # the count changes, but no check is due yet
+    got = _search_ids(store, "topic3 word3", where, run)
+    expected = _where_hits(store, "topic3 word3", where, 8)
+    assert [chunk_id for chunk_id, _ in got] == expected
+
+
+def _indexed_store(chroma_server: str, name: str) -> Chroma:
+    """A new collection of the default notes on the server, its keyword index built."""
     from window_retriever._chroma import keyword_index
-    from window_retriever._protocol import SearchIds
 
     store = open_store(
         url=chroma_server,
-        collection=unique("deleted"),
+        collection=unique(name),
         create=True,
         embeddings=DeterministicFakeEmbedding(size=32),
         environ={},
     )
     fill(store)
     keyword_index(store).search("warm", k=1)
-    where = {"tenant": "acme"}
-    gone = store._collection.get(where=where, limit=1)["ids"][0]  # type: ignore[arg-type]
-    store._collection.delete(ids=[gone])  # the count changes, but no check is due yet
-    windows = ChromaWindowStore(store)
-    request = SearchIds("topic3 word3", 8, where)
+    return store
+
+
+def _search_ids(store: Chroma, question: str, where: dict[str, Any], run: str) -> Any:
+    """``search_ids`` of 8, by the sync client or over async HTTP (``run``)."""
+    from window_retriever._protocol import SearchIds
+
+    request = SearchIds(question, 8, where)
     if run == "sync":
-        got = windows.search_ids(request)
-    else:
-        got = asyncio.run(windows.asearch_ids(request))
-    expected = _where_hits(store, "topic3 word3", where, 8)
-    assert [chunk_id for chunk_id, _ in got] == expected
+        return ChromaWindowStore(store).search_ids(request)
+    return asyncio.run(ChromaWindowStore(store).asearch_ids(request))
 
 
 def _where_hits(store: Chroma, question: str, where: dict[str, Any], k: int) -> list[str]:

@@ -45,6 +45,23 @@ def turns(count: int, seed: int) -> str:
     return "\n".join(lines)
 
 
+def distinct_conversations(turn_count: int, *, tenants: bool = False) -> list[Document]:
+    """Three conversations whose chunks are never alike: each turn names its conversation.
+
+    With ``tenants`` the first two are tenant "a" and the third "b".
+    """
+    return [
+        Document(
+            page_content=turns(turn_count, seed).replace(" turn ", f" conversation {seed}, turn "),
+            metadata={
+                "source": f"conv-{seed}",
+                **({"tenant": "a" if seed < 2 else "b"} if tenants else {}),
+            },
+        )
+        for seed in range(3)
+    ]
+
+
 class KeywordEmbeddings(Embeddings):
     """Bag of topic words: texts about the same topics are similar, others are not."""
 
@@ -212,14 +229,8 @@ def test_a_survey_holding_every_chunk_gives_the_windows_vectors_give(
     survey's windows are then exactly those of a store whose neighbours are measured by their
     vectors (so the plan fetched every hit and neighbour the selection could take)."""
     store = make_store(TieFreeEmbeddings(), exhaustive=True)
-    documents = [  # no two chunks alike (turns of one number and topic are in each conversation)
-        Document(
-            page_content=turns(80, seed).replace(" turn ", f" conversation {seed}, turn "),
-            metadata={"source": f"conv-{seed}"},
-        )
-        for seed in range(3)
-    ]
-    chunks = split(documents)
+    # no two chunks alike (turns of one number and topic are in each conversation)
+    chunks = split(distinct_conversations(80))
     add_chunks(store, chunks)
     monkeypatch.setattr("window_retriever._candidates.SURVEY_WIDTH", len(chunks))
     options: dict[str, Any] = {

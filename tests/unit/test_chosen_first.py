@@ -17,7 +17,13 @@ from langchain_chroma import Chroma
 from langchain_core.documents import Document
 
 from tests.conftest import StoreSpy
-from tests.unit.test_budget import TOPICS, TieFreeEmbeddings, split, turns
+from tests.unit.test_budget import (
+    TOPICS,
+    TieFreeEmbeddings,
+    distinct_conversations,
+    split,
+    turns,
+)
 from window_retriever import ContextWindowRetriever, add_chunks
 from window_retriever._chroma import invalidate_keywords
 from window_retriever._protocol import SearchIds
@@ -41,14 +47,7 @@ class Unindexed(ChromaWindowStore):
 def store(make_store: Callable[..., Chroma]) -> Chroma:
     """Three conversations in two tenants; chunks of varied length, none alike."""
     chroma = make_store(TieFreeEmbeddings())
-    documents = [
-        Document(
-            page_content=turns(60, seed).replace(" turn ", f" conversation {seed}, turn "),
-            metadata={"source": f"conv-{seed}", "tenant": "a" if seed < 2 else "b"},
-        )
-        for seed in range(3)
-    ]
-    add_chunks(chroma, split(documents, 140, 30))
+    add_chunks(chroma, split(distinct_conversations(60, tenants=True), 140, 30))
     return chroma
 
 

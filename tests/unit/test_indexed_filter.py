@@ -19,7 +19,7 @@ from langchain_chroma import Chroma
 from langchain_core.documents import Document
 
 from tests.conftest import FakeClock, StoreSpy
-from tests.unit.test_budget import TieFreeEmbeddings, split, turns
+from tests.unit.test_budget import TieFreeEmbeddings, distinct_conversations, split, turns
 from window_retriever import ContextWindowRetriever, add_chunks
 from window_retriever._chroma import invalidate_keywords, keyword_index
 from window_retriever._protocol import SearchIds
@@ -40,14 +40,7 @@ QUESTIONS = ["camping and guitar", "pottery in the garden library", "turn 12 run
 def store(make_store: Callable[..., Chroma]) -> Chroma:
     """Three conversations in two tenants, searched exhaustively (any width ranks alike)."""
     chroma = make_store(TieFreeEmbeddings(), exhaustive=True)
-    documents = [
-        Document(
-            page_content=turns(40, seed).replace(" turn ", f" conversation {seed}, turn "),
-            metadata={"source": f"conv-{seed}", "tenant": "a" if seed < 2 else "b"},
-        )
-        for seed in range(3)
-    ]
-    add_chunks(chroma, split(documents, 140, 30))
+    add_chunks(chroma, split(distinct_conversations(40, tenants=True), 140, 30))
     return chroma
 
 
