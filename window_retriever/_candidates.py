@@ -84,13 +84,10 @@ decimals but for one LoCoMo question (at 20 it fell by up to 0.023); see docs/be
 
 
 class Held(Protocol):
-    """Chunks' lengths and metadata held in the process: the two methods of ``WindowStore``."""
+    """Chunks' lengths and metadata held in the process: ``WindowStore.indexed``."""
 
     def indexed(self, ids: Sequence[str]) -> Indexed | None:
         """See ``WindowStore.indexed``."""
-
-    def reindex(self, read: Indexed) -> None:
-        """See ``WindowStore.reindex``."""
 
 
 @dataclass

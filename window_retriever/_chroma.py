@@ -138,13 +138,6 @@ class ChromaWindowStore(WindowStore, AsyncWindowStore):
 
         return KeywordIndex.for_source(self._keyword_source).indexed(ids)
 
-    def reindex(self, read: Indexed) -> None:
-        """Nothing: every :meth:`fetch` has told the keyword index what it read already.
-
-        (``KeywordIndex.correct``, guarded by the build it compared with: a read older than
-        the index's current build is not held.)
-        """
-
     def space(self) -> Space:
         """The collection's distance space, as Chroma configures it (``"l2"`` by default)."""
         try:

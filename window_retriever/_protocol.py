@@ -223,18 +223,11 @@ class WindowStore(ABC):
         default) when nothing is held. Adaptive selection then chooses before it reads and
         reads only the chunks chosen (see ``_strategies.Adaptive``): a stale answer never
         brings back an old text or a chunk the caller's filter hides (each chunk read is
-        checked), but it can change which neighbours a window takes.
+        checked), but it can change which neighbours a window takes. A store that holds such
+        an index corrects it from what its own :meth:`fetch` reads, so a chunk rewritten
+        behind the index's back costs one fetch more once, not on every query.
         """
         return None
-
-    def reindex(self, read: Indexed) -> None:
-        """Chunks just read whose length or metadata differ from what :meth:`indexed` said.
-
-        A store that holds an index answers :meth:`indexed` with these from now on (until its
-        index is next rebuilt): a chunk rewritten in place behind the index's back costs one
-        fetch more once, not on every query. The default does nothing.
-        """
-        return
 
     # ---- writes (ingestion) ----------------------------------------------------------------
 

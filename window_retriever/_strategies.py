@@ -17,7 +17,6 @@ import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
-from typing import Any
 
 from langchain_core.documents import Document
 
@@ -177,9 +176,9 @@ class Adaptive(_Budgeted):
         no chunk for, or one the filter hides (gaps: few, at file ends). Each chunk chosen is
         checked against its stand-in (position, offset, version, length, and the filter on
         the metadata just read); where one differs or a gap is filled (written since the
-        index was checked), ``None`` is returned and the caller reads the usual way, and the
-        index is told what was read (``WindowStore.reindex``), so it costs one fetch more
-        once. A stale index so never brings back an old text or a hidden chunk; a neighbour
+        index was checked), ``None`` is returned and the caller reads the usual way; a store
+        that holds an index learns from its own fetch what was read, so it costs one fetch
+        more once. A stale index so never brings back an old text or a hidden chunk; a neighbour
         left unchosen whose length changed unseen is still valued at its old length.
 
         Return the documents, or ``None`` (nothing held, a length function other than ``len``,
@@ -230,16 +229,12 @@ class Adaptive(_Budgeted):
         ids = [*chosen, *gaps]
         found = yield Fetch(ids, neighbours.where, neighbours.where_document)
         read: dict[str, Chunk] = {}
-        differs: dict[str, tuple[int, Mapping[str, Any]]] = {}
         filled = False
         for document in found.documents:
             chunk_id = document.id or ""
             stand_in = chosen.get(chunk_id)
             if stand_in is None and chunk_id not in gaps:
                 continue
-            entry = (len(document.page_content), document.metadata)
-            if known.get(chunk_id) != entry:
-                differs[chunk_id] = entry
             if not predicate(document.metadata):
                 continue
             chunk, problem = read_chunk(document)
@@ -249,8 +244,6 @@ class Adaptive(_Budgeted):
                 filled = filled or chunk.position == gaps[chunk_id]
             elif _same_shape(chunk, stand_in):
                 read[chunk_id] = chunk
-        if differs:
-            index.reindex(differs)
         if filled or len(read) < len(chosen):
             return None  # written since the index was checked: read the usual way
         self.lengths.learn(measure, read.values())

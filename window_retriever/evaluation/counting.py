@@ -48,10 +48,6 @@ class CountingStore(WindowStore):
         """What the wrapped store holds in this process (not a store call: not counted)."""
         return self.store.indexed(ids)
 
-    def reindex(self, read: Indexed) -> None:
-        """Correct the wrapped store's index (not a store call: not counted)."""
-        self.store.reindex(read)
-
     def count(self) -> int:
         """The calls so far."""
         return self.calls
