@@ -272,7 +272,7 @@ class HybridSearch(CandidateSource):
     def _fuse(self, vector: list[str], keyword: list[tuple[str, float]], k: int) -> list[Fused]:
         """The first ``k`` of the two legs' ids fused by reciprocal rank."""
         ids = {"vector": vector, "keyword": [chunk_id for chunk_id, _ in keyword]}
-        return fuse(ids, self.weights)[:k]
+        return fuse(ids, self.weights, limit=k)
 
     def survey(self, query: str, k: int, params: Params) -> Flow:
         """The vector leg as ids and distances of a wider pool; its first ``k`` are fused."""

@@ -36,12 +36,14 @@ def fuse(
     weights: Mapping[str, float] = DEFAULT_WEIGHTS,
     *,
     k: int = RRF_K,
+    limit: int | None = None,
 ) -> list[Fused]:
     """Fuse ``rankings`` (ids best first, per leg) into one ranking, best first.
 
     A leg's repeated id counts once, at its best rank; a chunk found only by legs of weight 0
     is left out, so a weight of 0 turns a leg off. Ties go to the chunk ranked best by the
     heaviest leg that found it, then to the id (so the order never depends on the input's).
+    ``limit``: only the first ``limit`` of the ranking (all of it when ``None``).
     """
     scores: dict[str, float] = {}
     ranks: dict[str, dict[str, int]] = {}
@@ -64,6 +66,8 @@ def fuse(
 
     kept = [chunk_id for chunk_id, score in scores.items() if score > 0]  # a weight-0 leg alone
     best = sorted(kept, key=lambda chunk_id: (-scores[chunk_id], tie(chunk_id), chunk_id))
+    if limit is not None:
+        best = best[:limit]
     return [
         Fused(chunk_id, scores[chunk_id], tuple(sorted(ranks[chunk_id].items())))
         for chunk_id in best

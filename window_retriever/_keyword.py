@@ -393,17 +393,7 @@ class KeywordIndex:
             scores[~self._allowed(snapshot, where, where_document)] = 0
         elif where is not None:
             scores[~self._passing(snapshot, where, predicate).mask] = 0
-        scored = int(np.count_nonzero(scores))  # the rows that hold a query word (BM25 >= 0)
-        if scored > k:
-            # Sorting every row that holds a query word costs 14 ms at 100k chunks: only the
-            # rows at or above the k-th best score are sorted. They hold every row of their
-            # scores, so the order (ties included) is the full sort's. Where most rows score,
-            # the k-th is found in place (gathering them first costs as much).
-            values = scores if 2 * scored > len(scores) else scores[scores > 0]
-            kth = np.partition(values, len(values) - k)[len(values) - k]  # > 0
-            hits = np.flatnonzero(scores >= kth)
-        else:
-            hits = np.flatnonzero(scores > 0)
+        hits = _at_least_kth(scores, k)
         order = hits[np.lexsort((hits, -scores[hits]))][:k]  # score down, then row (= id) up
         return [(snapshot.ids[row], float(scores[row])) for row in order.tolist()]
 
@@ -726,7 +716,12 @@ def _scores(snapshot: _Snapshot, terms: Sequence[int]) -> np.ndarray:
     matrix = model.scores
     data, indices, indptr = matrix["data"], matrix["indices"], matrix["indptr"]
     dense = snapshot.dense_columns()
-    scores = np.zeros(int(matrix["num_docs"]), dtype=model.dtype)
+    first = [dense.get(term) for term in terms[:2]]
+    if len(first) == 2 and first[0] is not None and first[1] is not None:
+        scores = first[0] + first[1]  # 0 + a + b, to the bit (scores are never negative)
+        terms = terms[2:]
+    else:
+        scores = np.zeros(int(matrix["num_docs"]), dtype=model.dtype)
     for term in terms:
         column = dense.get(term)
         if column is not None:
@@ -738,6 +733,35 @@ def _scores(snapshot: _Snapshot, terms: Sequence[int]) -> np.ndarray:
                 data[indptr[term] : indptr[term + 1]],
             )
     return scores
+
+
+_SAMPLE_STRIDE = 8
+"""Every how many rows :func:`_at_least_kth` samples for a first bound on the k-th score."""
+
+
+def _at_least_kth(scores: np.ndarray, k: int) -> np.ndarray:
+    """The rows that score above 0 and at least the ``k``-th best score (all of them if fewer).
+
+    Sorting every row that holds a query word costs 14 ms at 100k chunks, so only these rows
+    are sorted; they hold every row of their scores, so the order (ties included) is the full
+    sort's. The ``k``-th best score of every eighth row is at most the ``k``-th best of all
+    (that sample's ``k`` best are among all rows), so the rows at or above it hold every row
+    the full search would keep and about eight times ``k`` more, found with one comparison
+    (0.13 ms at 100k where finding the exact ``k``-th takes 0.41). Where the sample holds
+    fewer than ``k`` scoring rows, the ``k``-th is found exactly.
+    """
+    sample = scores[::_SAMPLE_STRIDE]
+    if len(sample) > k:
+        bound = np.partition(sample, len(sample) - k)[len(sample) - k]
+        if bound > 0:
+            return np.flatnonzero(scores >= bound)
+    scored = int(np.count_nonzero(scores))  # the rows that hold a query word (BM25 >= 0)
+    if scored <= k:
+        return np.flatnonzero(scores > 0)
+    # Where most rows score, the k-th is found in place (gathering them first costs as much).
+    values = scores if 2 * scored > len(scores) else scores[scores > 0]
+    kth = np.partition(values, len(values) - k)[len(values) - k]  # > 0
+    return np.flatnonzero(scores >= kth)
 
 
 @functools.cache

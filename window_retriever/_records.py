@@ -89,25 +89,25 @@ def read_record(
     """:func:`read_chunk` of a document's three parts: its id, its text and its metadata."""
     store_id = document_id or metadata.get(CHUNK_ID) or ""
     file_id, index = metadata.get(FILE_ID), metadata.get(CHUNK_INDEX)
-    start = metadata.get(START_INDEX)
-    version = metadata.get(FILE_VERSION)
-    problem = None
     if not isinstance(file_id, str) or isinstance(index, bool) or not isinstance(index, int):
         problem = (
             f"chunk {store_id!r} has no integer 'chunk_index' and string 'file_id' metadata "
             "(was it split by WindowSplitter?)"
         )
-    elif document_id is not None and document_id != make_chunk_id(file_id, index):
-        problem = (
-            f"chunk {document_id!r} is not stored under its chunk_id "
-            f"{make_chunk_id(file_id, index)!r}, so its neighbours cannot be found; add chunks "
-            "with ids=[c.metadata['chunk_id'] for c in chunks] or window_retriever.add_chunks"
-        )
-    if problem is not None or not isinstance(file_id, str) or not isinstance(index, int):
         return Chunk(id=store_id, text=text, metadata=metadata), problem
+    chunk_id = make_chunk_id(file_id, index)
+    if document_id is not None and document_id != chunk_id:
+        problem = (
+            f"chunk {document_id!r} is not stored under its chunk_id {chunk_id!r}, so its "
+            "neighbours cannot be found; add chunks with "
+            "ids=[c.metadata['chunk_id'] for c in chunks] or window_retriever.add_chunks"
+        )
+        return Chunk(id=store_id, text=text, metadata=metadata), problem
+    start = metadata.get(START_INDEX)
+    version = metadata.get(FILE_VERSION)
     return (
         Chunk(
-            id=make_chunk_id(file_id, index),
+            id=chunk_id,
             text=text,
             file_id=file_id,
             index=index,

@@ -59,6 +59,14 @@ def test_ties_go_to_the_heavier_legs_rank_then_the_id_whatever_the_input_order()
     assert ids(heavier)[0] == "z"
 
 
+def test_a_limit_gives_the_head_of_the_whole_fused_ranking() -> None:
+    rankings = {"vector": ["a", "b", "c", "d"], "keyword": ["d", "x", "a", "y"]}
+    whole = fuse(rankings)
+    assert len(whole) == 6
+    for limit in (0, 1, 3, 6, 9):
+        assert fuse(rankings, limit=limit) == whole[:limit]
+
+
 def test_pools_of_different_sizes_and_repeats() -> None:
     fused = fuse({"vector": ["a", "a", "b"], "keyword": []})
     assert ids(fused) == ["a", "b"]

@@ -493,6 +493,26 @@ def test_dense_columns_score_exactly_as_bm25s_does() -> None:
 
 @settings(max_examples=300, deadline=None)
 @given(
+    st.lists(st.integers(0, 6), max_size=700),  # few distinct scores: many ties, many zeros
+    st.integers(1, 40),
+)
+def test_the_rows_kept_for_sorting_hold_the_whole_ranking_s_head(values: list[int], k: int) -> None:
+    """A sample's bound keeps every row at or above the k-th score: the head comes out whole."""
+    import numpy as np
+
+    from window_retriever._keyword import _at_least_kth
+
+    scores = np.array(values, dtype=np.float32) / 4
+    rows = np.arange(len(scores))
+    ranking = [int(row) for row in rows[np.lexsort((rows, -scores))] if scores[row] > 0]
+    kept = _at_least_kth(scores, k)
+    assert all(scores[kept] > 0)
+    head = kept[np.lexsort((kept, -scores[kept]))][:k].tolist()
+    assert head == ranking[:k]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
     st.lists(
         st.one_of(
             st.sampled_from(["The", "and", "Windows", "running", "ran", "a", "x", "I'm", "can't"]),
