@@ -717,8 +717,9 @@ def _scores(snapshot: _Snapshot, terms: Sequence[int]) -> np.ndarray:
     data, indices, indptr = matrix["data"], matrix["indices"], matrix["indptr"]
     dense = snapshot.dense_columns()
     first = [dense.get(term) for term in terms[:2]]
+    scores: np.ndarray
     if len(first) == 2 and first[0] is not None and first[1] is not None:
-        scores = first[0] + first[1]  # 0 + a + b, to the bit (scores are never negative)
+        scores = np.add(first[0], first[1])  # 0 + a + b, to the bit (scores are never negative)
         terms = terms[2:]
     else:
         scores = np.zeros(int(matrix["num_docs"]), dtype=model.dtype)
