@@ -428,6 +428,15 @@ class ChromaKeywordSource:
         self._collection = collection
         return fingerprint
 
+    def generation(self) -> tuple[str, str | None]:
+        """``get_collection`` alone: its id and generation token (no ``count``)."""
+        from window_retriever._keyword import GENERATION_KEY
+
+        with store_errors(self.vectorstore):
+            collection = self._client.get_collection(self.name)
+        generation = (collection.metadata or {}).get(GENERATION_KEY)
+        return str(collection.id), None if generation is None else str(generation)
+
     def bump_generation(self) -> None:
         """``get_collection``, then ``modify``: the metadata, a new token, no ``hnsw:space``."""
         from chromadb.errors import NotFoundError

@@ -20,7 +20,7 @@ from langchain_core.embeddings import DeterministicFakeEmbedding
 
 from tests.integration.conftest import run_script, unique
 from window_retriever._chroma import keyword_index
-from window_retriever._keyword import KeywordIndex
+from window_retriever._keyword import COUNT_EVERY, KeywordIndex
 
 pytestmark = pytest.mark.integration
 
@@ -118,7 +118,8 @@ def test_writes_of_another_process_are_seen_on_a_server_within_the_bound(
     assert index.search("redirects", k=3) == []  # rewritten in place
     assert "doc:0" not in ids(index.search("connections requests host", k=10))  # deleted
 
-    # A writer that bypasses the library (a bare add) is seen by its count.
+    # A writer that bypasses the library (a bare add) is seen by its count, which a check
+    # reads once every COUNT_EVERY intervals (the others read the token alone).
     run(
         """
         store._collection.add(ids=["doc:10"], documents=["Use a timeout_seconds budget."],
@@ -127,6 +128,8 @@ def test_writes_of_another_process_are_seen_on_a_server_within_the_bound(
         config,
     )
     clock.now += 31
+    assert index.search("timeout_seconds", k=3) == []
+    clock.now += COUNT_EVERY * 30
     assert ids(index.search("timeout_seconds", k=3)) == ["doc:10"]
 
     # Another process on the same server builds its own index and ranks the same way.

@@ -22,6 +22,7 @@ from tests.conftest import FakeClock, StoreSpy
 from tests.unit.test_budget import TieFreeEmbeddings, distinct_conversations, split, turns
 from window_retriever import ContextWindowRetriever, add_chunks
 from window_retriever._chroma import invalidate_keywords, keyword_index
+from window_retriever._keyword import COUNT_EVERY
 from window_retriever._protocol import SearchIds
 from window_retriever._stores import ChromaWindowStore
 
@@ -129,7 +130,7 @@ def test_a_changed_collection_is_searched_under_where_until_the_index_is_built_a
     index.search("warm", k=1)
     late = split([Document(turns(4, 9), metadata={"source": "late", "tenant": "a"})], 140, 30)
     store.add_documents(late, ids=[c.metadata["chunk_id"] for c in late])
-    clock.now += 2  # the check is due
+    clock.now += COUNT_EVERY * index.check_interval  # the check of the count is due
     spy = spy_on(store)
     _search_ids(store, QUESTIONS[0], {"tenant": "a"})
     assert "ids" not in _queries(spy)[0]
@@ -272,26 +273,35 @@ def test_a_hit_read_as_moved_out_is_not_searched_again(
         assert moved not in {i for d in got for i in d.metadata["chunk_ids"]}
 
 
-def test_a_changed_collection_is_checked_once_an_interval_not_on_every_search(
+def test_a_changed_collection_is_checked_once_not_on_every_search(
     store: Chroma, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A process that does not search by keyword never rebuilds: its filtered searches go to
-    Chroma, and the fingerprint is read again only after ``check_interval``."""
+    Chroma; the collection is checked once an interval until a check finds it changed, and
+    not again until a keyword search rebuilds."""
     index = keyword_index(store)
     index._clock = clock = FakeClock()
     index.search("warm", k=1)
     late = split([Document(turns(2, 9), metadata={"source": "late", "tenant": "a"})], 140, 30)
     store.add_documents(late, ids=[c.metadata["chunk_id"] for c in late])
-    checks: list[object] = []
-    fingerprint = index._source.fingerprint
-    monkeypatch.setattr(index._source, "fingerprint", lambda: checks.append(1) or fingerprint())
+    checks: list[str] = []
+    source = index._source
+    for name in ("fingerprint", "generation"):
+        call = getattr(source, name)
+        monkeypatch.setattr(source, name, lambda c=call, n=name: checks.append(n) or c())
     clock.now += 2
     for _ in range(5):
+        assert index.passing({"tenant": "a"}) is not None  # the token alone: unchanged
+    assert checks == ["generation"]
+    clock.now += COUNT_EVERY * index.check_interval
+    for _ in range(5):
         assert index.passing({"tenant": "a"}) is None
-    assert len(checks) == 1
+    assert checks == ["generation", "fingerprint"]
     clock.now += 2
     assert index.passing({"tenant": "a"}) is None
-    assert len(checks) == 2
+    assert checks == ["generation", "fingerprint"]  # known changed: no call until rebuilt
+    index.search("warm", k=1)  # rebuilds
+    assert index.passing({"tenant": "a"}) is not None
 
 
 def test_a_correction_that_keeps_a_chunk_s_place_in_a_filter_keeps_the_filter_s_ids(

@@ -24,7 +24,13 @@ from langchain_core.embeddings import DeterministicFakeEmbedding
 from tests.conftest import FakeClock
 from window_retriever import ConfigurationError
 from window_retriever._chroma import ChromaKeywordSource, invalidate_keywords, keyword_index
-from window_retriever._keyword import FOLDER, GENERATION_KEY, Fingerprint, KeywordIndex
+from window_retriever._keyword import (
+    COUNT_EVERY,
+    FOLDER,
+    GENERATION_KEY,
+    Fingerprint,
+    KeywordIndex,
+)
 
 FILLER = [
     "Connections are pooled and reused between requests to the same host.",
@@ -223,13 +229,38 @@ def test_another_writer_is_seen_within_the_check_interval(
     index._clock = clock
     assert index.search("max_retries", k=3) == []
 
-    # Another client of the same collection writes, without telling this index.
-    other = chromadb.EphemeralClient().get_collection(store._collection.name)
-    other.add(ids=["new"], documents=[OPTION], embeddings=[[0.5] * 64])
+    # Another client of the same collection writes, and tells (a new generation token).
+    other = Chroma(
+        client=chromadb.EphemeralClient(),
+        collection_name=store._collection.name,
+        embedding_function=DeterministicFakeEmbedding(size=64),
+    )
+    other._collection.add(ids=["new"], documents=[OPTION], embeddings=[[0.5] * 64])
+    invalidate_keywords(other)
 
     clock.now += 4.9
     assert index.search("max_retries", k=3) == []  # within the bound: may be stale
     clock.now += 0.2
+    assert [i for i, _ in index.search("max_retries", k=3)] == ["new"]
+
+
+def test_a_writer_that_bypasses_the_library_is_seen_by_its_count(
+    make_store: Callable[..., Chroma],
+) -> None:
+    """The count is read once every COUNT_EVERY intervals; the checks between read the token."""
+    store = store_with(make_store, chunks(FILLER))
+    index = keyword_index(store, check_interval=5)
+    clock = FakeClock()
+    index._clock = clock
+    assert index.search("max_retries", k=3) == []
+
+    other = chromadb.EphemeralClient().get_collection(store._collection.name)
+    other.add(ids=["new"], documents=[OPTION], embeddings=[[0.5] * 64])  # tells nobody
+
+    for _ in range(COUNT_EVERY - 1):
+        clock.now += 5.1
+        assert index.search("max_retries", k=3) == []  # the token alone: unchanged
+    clock.now += 5.1
     assert [i for i, _ in index.search("max_retries", k=3)] == ["new"]
 
 
@@ -538,7 +569,7 @@ class ListSource:
 
     def __init__(self, records: dict[str, tuple[str, dict[str, Any]]]) -> None:
         self.records = records
-        self.generation = 0
+        self.token = 0
         self.calls: list[str] = []
 
     @property
@@ -551,10 +582,14 @@ class ListSource:
 
     def fingerprint(self) -> Fingerprint:
         self.calls.append("fingerprint")
-        return Fingerprint("list", len(self.records), str(self.generation))
+        return Fingerprint("list", len(self.records), str(self.token))
+
+    def generation(self) -> tuple[str, str | None]:
+        self.calls.append("generation")
+        return "list", str(self.token)
 
     def bump_generation(self) -> None:
-        self.generation += 1
+        self.token += 1
 
     def pages(self, size: int) -> Iterator[tuple[list[str], list[str], list[Mapping[str, Any]]]]:
         self.calls.append("pages")
@@ -587,3 +622,53 @@ def test_any_source_that_keeps_the_protocol_is_indexed() -> None:
     assert index.search("backoff_factor", k=3) == []  # not told, no check due
     KeywordIndex.invalidate(source)
     assert [i for i, _ in index.search("backoff_factor", k=3)] == ["doc:8"]
+
+
+def test_checks_read_the_token_and_the_count_only_every_count_every_intervals() -> None:
+    """A check costs one cheap call (the id and token); the count (a scan of the collection)
+    is read every COUNT_EVERY intervals, after a write of this library, and by ``refresh``."""
+    records = {f"doc:{i}": (text, {"n": i}) for i, text in enumerate(FILLER)}
+    source = ListSource(records)
+    index = KeywordIndex.for_source(source, check_interval=2)
+    index._clock = clock = FakeClock()
+    index.search("redirects", k=3)
+    source.calls.clear()
+
+    for _ in range(COUNT_EVERY - 1):
+        clock.now += 2
+        index.search("redirects", k=3)
+    assert source.calls == ["generation"] * (COUNT_EVERY - 1)
+
+    records["doc:9"] = (OPTION, {"n": 9})  # a bare write: the token stays
+    clock.now += 1
+    assert index.search("max_retries", k=3) == []  # no check due
+    clock.now += 1
+    assert [i for i, _ in index.search("max_retries", k=3)] == ["doc:9"]  # the count is due
+    assert source.calls[-3:] == ["fingerprint", "pages", "fingerprint"]  # rebuilt
+
+    source.calls.clear()
+    records["doc:10"] = ("Use a timeout_seconds budget.", {"n": 10})
+    KeywordIndex.invalidate(source)  # a write of this library: the count is read at once
+    assert [i for i, _ in index.search("timeout_seconds", k=3)] == ["doc:10"]
+    assert source.calls[0] == "fingerprint"
+
+    source.calls.clear()
+    index.refresh()
+    assert source.calls == ["fingerprint"]
+
+
+def test_another_process_s_token_is_seen_by_the_next_check_without_the_count() -> None:
+    records = {f"doc:{i}": (text, {"n": i}) for i, text in enumerate(FILLER)}
+    source = ListSource(records)
+    index = KeywordIndex.for_source(source, check_interval=2)
+    index._clock = clock = FakeClock()
+    index.search("redirects", k=3)
+    clock.now += 2
+    index.search("redirects", k=3)  # a check by the token: the count is not due
+    source.calls.clear()
+
+    records["doc:1"] = ("Sessions keep a cookie jar.", {"n": 1})  # same count, in place
+    source.token += 1  # as another process's invalidate does
+    clock.now += 2
+    assert index.search("redirects", k=3) == []
+    assert source.calls[:2] == ["generation", "fingerprint"]  # changed: then read whole
