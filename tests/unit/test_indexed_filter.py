@@ -90,6 +90,23 @@ def test_before_the_index_is_made_chroma_applies_the_filter(
     assert got == _chroma_where(store, QUESTIONS[0], {"tenant": "a"})
 
 
+def test_a_process_that_never_searches_by_keyword_gets_the_ids_once_it_loads_the_index(
+    store: Chroma, spy_on: Callable[[Chroma], StoreSpy]
+) -> None:
+    """docs/scaling.md: static windows alone make no index; building (or loading) it once at
+    start-up gives their filtered searches the ids, for the same windows."""
+    retriever = ContextWindowRetriever(vectorstore=store, k=4, filter={"tenant": "a"})
+    spy = spy_on(store)
+    before = retriever.invoke(QUESTIONS[0])
+    assert "ids" not in _queries(spy)[0]  # no index in this process: Chroma's where
+    keyword_index(store).refresh()  # the start-up call docs/scaling.md gives
+    spy.reset()
+    after = retriever.invoke(QUESTIONS[0])
+    (arguments,) = _queries(spy)
+    assert arguments.get("where") is None and arguments["ids"]
+    assert [d.page_content for d in after] == [d.page_content for d in before]
+
+
 @pytest.mark.parametrize(
     ("where", "where_document"),
     [
