@@ -14,10 +14,13 @@ Usage::
     python benchmarks/replay.py --against-reading-all         # windows chosen before the read
 
 Recording into an existing record marks the questions whose windows differ from it as
-unstable; ``--check`` reports them apart and does not fail on them. A few adaptive selections
-flip between processes of the same code (two candidates tied to the last float bits; seen on
-2 of 311 questions), so record twice. The stores are those of ``budget.py`` (same cache
-directory, built once).
+unstable; ``--check`` reports them apart and does not fail on them. Windows differ between
+processes of the same code: Chroma's approximate search does (a bare ``collection.query`` of
+the 100 nearest ids for 80 Python-docs questions gave another answer in each of three
+processes, 2026-12-02; LoCoMo's the same), and the adaptive windows measure neighbours by that
+wider pool, so 14 to 19 pydocs answers differed between two processes, with one hash seed or
+two. Record twice, or compare in one process (``--against-reading-all``). The stores are those
+of ``budget.py`` (same cache directory, built once).
 
 ``--against-reading-all`` checks one change without a record: for every configuration, in one
 process, the windows chosen before the read (on the keyword index's lengths, the default with
