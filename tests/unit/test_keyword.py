@@ -220,14 +220,19 @@ def test_an_in_place_rewrite_is_seen_through_invalidate(
     assert index.search("max_retries", k=3) == []
 
 
+def watched(make_store: Callable[..., Chroma]) -> tuple[Chroma, KeywordIndex, FakeClock]:
+    """The filler chunks, their index built (checked every 5 s) and the index's own clock."""
+    store = store_with(make_store, chunks(FILLER))
+    index = keyword_index(store, check_interval=5)
+    index._clock = clock = FakeClock()
+    assert index.search("max_retries", k=3) == []
+    return store, index, clock
+
+
 def test_another_writer_is_seen_within_the_check_interval(
     make_store: Callable[..., Chroma],
 ) -> None:
-    store = store_with(make_store, chunks(FILLER))
-    index = keyword_index(store, check_interval=5)
-    clock = FakeClock()
-    index._clock = clock
-    assert index.search("max_retries", k=3) == []
+    store, index, clock = watched(make_store)
 
     # Another client of the same collection writes, and tells (a new generation token).
     other = Chroma(
@@ -248,11 +253,7 @@ def test_a_writer_that_bypasses_the_library_is_seen_by_its_count(
     make_store: Callable[..., Chroma],
 ) -> None:
     """The count is read once every COUNT_EVERY intervals; the checks between read the token."""
-    store = store_with(make_store, chunks(FILLER))
-    index = keyword_index(store, check_interval=5)
-    clock = FakeClock()
-    index._clock = clock
-    assert index.search("max_retries", k=3) == []
+    store, index, clock = watched(make_store)
 
     other = chromadb.EphemeralClient().get_collection(store._collection.name)
     other.add(ids=["new"], documents=[OPTION], embeddings=[[0.5] * 64])  # tells nobody
