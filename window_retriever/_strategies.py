@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 
 from langchain_core.documents import Document
 
@@ -198,7 +199,7 @@ class Adaptive(_Budgeted):
                 return None  # not indexed yet, or not where its id says: read it
             # no filter here: the search applied it (the keyword leg to the index's metadata,
             # which the check after the read corrects)
-            hits.append(Hit(stand_in, hit.distance, hit.ranks))
+            hits.append(replace(hit, chunk=stand_in))
         total = params.total_budget
         assert total is not None  # noqa: S101 - strategy_for checked
         measure = Measure(params.length_function)
@@ -358,7 +359,7 @@ def _same_shape(chunk: Chunk, stand_in: Chunk) -> bool:
 def _read_window(window: Window, read: Mapping[str, Chunk]) -> Window:
     """``window`` with the chunks read in place of their stand-ins."""
     chunks = tuple(read[chunk.id] for chunk in window.chunks)
-    hits = tuple(Hit(read[hit.chunk.id], hit.distance, hit.ranks) for hit in window.hits)
+    hits = tuple(replace(hit, chunk=read[hit.chunk.id]) for hit in window.hits)
     return Window(chunks=chunks, hits=hits, text=join_texts(chunks))
 
 
