@@ -37,7 +37,8 @@ the search that checks: every search of a process that searches less than once a
 it is read only once every :data:`COUNT_EVERY` intervals, after this process's own writes
 and by :meth:`KeywordIndex.refresh`. So:
 
-- in the process that wrote: the next search sees the write (no staleness);
+- in the process that wrote: the next search sees the write (no staleness; a check another
+  thread began before the write does not count for it);
 - in any other process or machine: a write finished at time *t* is seen by every search that
   starts after *t* + ``check_interval`` (that search also pays the rebuild);
 - a writer that bypasses this library (a bare ``add_documents``) is seen when it changes the
@@ -91,6 +92,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import itertools
 import logging
 import math
 import re
@@ -315,9 +317,13 @@ class KeywordIndex:
         self.loads = 0
         """How many times this index was loaded from its saved copy."""
         self._snapshot: _Snapshot | None = None
-        self._checked_at = -math.inf
-        self._counted_at = -math.inf
-        """When a check last read the whole fingerprint, the count with it."""
+        self._checked_at = self._counted_at = -math.inf
+        """When the last check began, and the last that read the count (the whole fingerprint)."""
+        self._epochs = itertools.count(1)
+        self._epoch = self._checked_epoch = self._counted_epoch = 0
+        """:meth:`invalidate` and :meth:`refresh` start a new epoch; a check counts only in the
+        epoch it began in (one that began before a write, and read the token before it, does
+        not stand in for the check the write asks for)."""
         self._lock = threading.Lock()
         """Held while checking the fingerprint and building (a build takes seconds)."""
         self._masks_lock = threading.Lock()
@@ -372,7 +378,7 @@ class KeywordIndex:
         with cls._shared_lock:
             index = cls._shared.get(source.key)
         if index is not None:
-            index._checked_at = index._counted_at = -math.inf
+            index._epoch = next(index._epochs)  # the next search checks, the count too
 
     # ---- search -------------------------------------------------------------------------
 
@@ -435,7 +441,7 @@ class KeywordIndex:
 
     def refresh(self) -> None:
         """Check the collection now, its count too, and rebuild if it changed."""
-        self._checked_at = self._counted_at = -math.inf
+        self._epoch = next(self._epochs)
         self._current()
 
     def indexed(self, ids: Sequence[str]) -> dict[str, tuple[int, Mapping[str, Any]]] | None:
@@ -558,44 +564,65 @@ class KeywordIndex:
 
     def _current(self) -> _Snapshot:
         snapshot = self._snapshot
-        if snapshot is not None and self._clock() - self._checked_at < self.check_interval:
+        if snapshot is not None and self._fresh(self._clock()):
             return snapshot
         with self._lock:
-            snapshot = self._snapshot
-            started = self._clock()
-            if snapshot is not None and started - self._checked_at < self.check_interval:
+            snapshot, started, epoch = self._snapshot, self._clock(), self._epoch
+            if snapshot is not None and self._fresh(started):
                 return snapshot  # another thread checked while this one waited
-            if snapshot is None or self._changed(snapshot, started):
-                snapshot = self._made(self._whole(started))
-            self._checked_at = started
+            if snapshot is None:
+                snapshot = self._made(self._whole(started, epoch))
+            elif (changed := self._changed(snapshot, started, epoch)) is not None:
+                snapshot = self._made(changed)
+            self._checked_at, self._checked_epoch = started, epoch
             return snapshot
 
-    def _changed(self, snapshot: _Snapshot, started: float) -> bool:
-        """Whether the collection changed since ``snapshot`` was built (under the lock).
+    def _fresh(self, now: float) -> bool:
+        """Whether the last check still holds (no check is due).
 
-        The id and generation token alone while the count was read less than
-        :data:`COUNT_EVERY` intervals ago and they are unchanged; else the whole fingerprint.
-        Once found changed, a snapshot stays changed (no more calls) until it is replaced.
+        It began in this epoch, less than ``check_interval`` ago, and the count was read less
+        than :data:`COUNT_EVERY` intervals ago.
         """
-        if self._stale is snapshot:
-            return True
-        held = snapshot.fingerprint
-        counted_lately = started - self._counted_at < COUNT_EVERY * self.check_interval
-        if counted_lately and self._source.generation() == (held.collection_id, held.generation):
-            return False
-        if self._whole(started) == held:
-            return False
-        self._stale = snapshot
-        return True
+        interval = self.check_interval
+        return (
+            self._checked_epoch == self._epoch
+            and now - self._checked_at < interval
+            and now - self._counted_at < COUNT_EVERY * interval
+        )
 
-    def _whole(self, started: float) -> Fingerprint:
+    def _changed(self, snapshot: _Snapshot, started: float, epoch: int) -> Fingerprint | None:
+        """The collection's fingerprint if it changed since ``snapshot`` was built; else None.
+
+        Under the lock. The id and generation token alone while the count was read in this
+        epoch, less than :data:`COUNT_EVERY` intervals ago, and they are unchanged; else the
+        whole fingerprint (read once: a rebuild starts from it). A snapshot found changed is
+        marked (:meth:`_checked` then asks nothing until it is replaced).
+        """
+        held = snapshot.fingerprint
+        if self._stale is not snapshot:
+            counted = self._counted_epoch == epoch
+            counted = counted and started - self._counted_at < COUNT_EVERY * self.check_interval
+            if counted and self._source.generation() == (held.collection_id, held.generation):
+                return None
+        fingerprint = self._whole(started, epoch)
+        if fingerprint == held:
+            self._stale = None  # as it was (a write undone)
+            return None
+        self._stale = snapshot
+        return fingerprint
+
+    def _whole(self, started: float, epoch: int) -> Fingerprint:
         """The whole fingerprint, count included (under the lock)."""
         fingerprint = self._source.fingerprint()
-        self._counted_at = started
+        self._counted_at, self._counted_epoch = started, epoch
         return fingerprint
 
     def _made(self, fingerprint: Fingerprint) -> _Snapshot:
-        """The snapshot of the collection at ``fingerprint``: loaded if saved, else built."""
+        """The snapshot of the collection at ``fingerprint``: loaded if saved, else built.
+
+        The snapshot it replaces is no longer held (nor its mark: :meth:`_changed`).
+        """
+        self._stale = None
         self._snapshot = self._load(fingerprint) or self._build(fingerprint)
         return self._snapshot
 
@@ -606,32 +633,41 @@ class KeywordIndex:
         when the collection changed since the build (the next :meth:`search` rebuilds).
         """
         snapshot, now = self._snapshot, self._clock()
-        if snapshot is None or now - self._checked_at < self.check_interval:
+        if snapshot is None or self._fresh(now):
             return snapshot
-        if not self._lock.acquire(blocking=False):
-            return None
+        if self._stale is snapshot or not self._lock.acquire(blocking=False):
+            return None  # known changed (asks nothing until rebuilt), or being checked
         try:
-            snapshot, started = self._snapshot, self._clock()
-            if snapshot is None or self._changed(snapshot, started):
-                return None  # not rebuilt here; nor checked again until it is
-            self._checked_at = started
+            snapshot, started, epoch = self._snapshot, self._clock(), self._epoch
+            if snapshot is None or self._stale is snapshot:
+                return None
+            if self._changed(snapshot, started, epoch) is not None:
+                return None  # not rebuilt here
+            self._checked_at, self._checked_epoch = started, epoch
             return snapshot
         finally:
             self._lock.release()
 
     def _build(self, fingerprint: Fingerprint) -> _Snapshot:
-        """Read every chunk, page by page, and index it; again if the collection changed."""
-        for _attempt in range(3):
+        """Read every chunk, page by page, and index it; again if the collection changed.
+
+        After three reads that each saw a write, the last is kept with the fingerprint read
+        before it (older than its rows), marked changed so that the next check rebuilds, and
+        not saved (a new process would load it as current).
+        """
+        settled = False
+        for attempt in range(3):
             ids, documents, metadatas = self._read_all()
             after = self._source.fingerprint()
-            if after == fingerprint:
+            settled = after == fingerprint
+            if settled or attempt == 2:
                 break
             fingerprint = after  # written to while read: read again
-        # After three changing reads, keep the last: its fingerprint is older than its rows, so
-        # the next check rebuilds.
         self.builds += 1
         snapshot = _index(fingerprint, ids, documents, metadatas)
-        if self.directory is not None:
+        if not settled:
+            self._stale = snapshot
+        elif self.directory is not None:
             _save(self.directory / fingerprint.collection_id, snapshot)
         return snapshot
 

@@ -7,6 +7,7 @@ the index is a test's own, so the staleness bound is tested without sleeping.
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -673,3 +674,124 @@ def test_another_process_s_token_is_seen_by_the_next_check_without_the_count() -
     clock.now += 2
     assert index.search("redirects", k=3) == []
     assert source.calls[:2] == ["generation", "fingerprint"]  # changed: then read whole
+
+
+class HeldSource(ListSource):
+    """A ``ListSource`` whose ``generation`` reads the token, then waits for the test: a check
+    on another thread that read the collection before the test's write."""
+
+    def __init__(self, records: dict[str, tuple[str, dict[str, Any]]]) -> None:
+        super().__init__(records)
+        self.hold = False
+        self.reading = threading.Event()
+        self.release = threading.Event()
+
+    def generation(self) -> tuple[str, str | None]:
+        read = super().generation()
+        if self.hold:
+            self.hold = False
+            self.reading.set()
+            self.release.wait(5)
+        return read
+
+
+def _held_check(source: HeldSource, index: KeywordIndex) -> threading.Thread:
+    """A search whose check (due now) has read the token and waits in ``generation``."""
+    source.hold = True
+    checking = threading.Thread(target=index.search, args=("redirects", 3))
+    checking.start()
+    assert source.reading.wait(5)
+    return checking
+
+
+def _filler_index(
+    source_type: type[ListSource] = ListSource,
+) -> tuple[dict[str, tuple[str, dict[str, Any]]], Any, KeywordIndex, FakeClock]:
+    records = {f"doc:{i}": (text, {"n": i}) for i, text in enumerate(FILLER)}
+    source = source_type(records)
+    index = KeywordIndex.for_source(source, check_interval=2)
+    index._clock = clock = FakeClock()
+    index.search("redirects", k=3)
+    return records, source, index, clock
+
+
+def test_a_write_during_another_thread_s_check_is_seen_by_the_writer_s_next_search() -> None:
+    records, source, index, clock = _filler_index(HeldSource)
+    clock.now += 2
+    checking = _held_check(source, index)
+    records["doc:9"] = (OPTION, {"n": 9})  # this library's write, and its invalidate
+    KeywordIndex.invalidate(source)
+    source.release.set()
+    checking.join(5)
+    assert [i for i, _ in index.search("max_retries", k=3)] == ["doc:9"]
+
+
+def test_refresh_during_another_thread_s_check_reads_the_count_itself() -> None:
+    records, source, index, clock = _filler_index(HeldSource)
+    clock.now += 2
+    checking = _held_check(source, index)
+    records["doc:9"] = (OPTION, {"n": 9})  # a bare write: the count alone tells
+    refreshing = threading.Thread(target=index.refresh)
+    refreshing.start()  # waits for the check in flight
+    source.release.set()
+    checking.join(5)
+    refreshing.join(5)
+    assert [i for i, _ in index.search("max_retries", k=3)] == ["doc:9"]
+
+
+def test_a_bare_write_is_seen_once_count_every_intervals_passed_since_the_count() -> None:
+    records, _, index, clock = _filler_index()
+    clock.now += 2 * COUNT_EVERY - 1
+    index.search("redirects", k=3)  # a check of the token alone, just before the count is due
+    records["doc:9"] = (OPTION, {"n": 9})
+    clock.now += 1  # COUNT_EVERY intervals since the count: due, though a check ran 1 s ago
+    assert [i for i, _ in index.search("max_retries", k=3)] == ["doc:9"]
+
+
+def test_the_snapshot_a_rebuild_replaced_is_not_held() -> None:
+    records, _, index, clock = _filler_index()
+    old = index._snapshot
+    records["doc:9"] = (OPTION, {"n": 9})
+    clock.now += 2 * COUNT_EVERY
+    assert index.passing({"n": {"$gte": 0}}) is None  # a check finds the count changed
+    assert index._stale is old
+    index.search("redirects", k=3)  # rebuilds
+    assert index._snapshot is not old and index._stale is None
+
+
+class ChurningSource(ListSource):
+    """A ``ListSource`` that is written to (a new record and token) during every read."""
+
+    def __init__(self, records: dict[str, tuple[str, dict[str, Any]]], directory: Path) -> None:
+        super().__init__(records)
+        self.directory = directory
+        self.reads = 0
+
+    @property
+    def persist_directory(self) -> Path | None:
+        return self.directory
+
+    def pages(self, size: int) -> Iterator[tuple[list[str], list[str], list[Mapping[str, Any]]]]:
+        yield from super().pages(size)
+        self.reads += 1
+        self.records[f"late:{self.reads}"] = (f"churn{self.reads} text", {"n": 100})
+        self.token += 1
+
+
+def test_a_build_the_collection_changed_under_three_times_is_kept_changed_not_saved(
+    tmp_path: Path,
+) -> None:
+    records = {f"doc:{i}": (text, {"n": i}) for i, text in enumerate(FILLER)}
+    source = ChurningSource(records, tmp_path)
+    index = KeywordIndex.for_source(source, check_interval=2)
+    index._clock = clock = FakeClock()
+    index.search("redirects", k=3)
+    snapshot = index._snapshot
+    assert snapshot is not None and source.reads == 3
+    assert "late:2" in snapshot.ids and "late:3" not in snapshot.ids  # written after it
+    assert snapshot.fingerprint == Fingerprint("list", len(FILLER) + 2, "2")  # not the last
+    assert index._stale is snapshot
+    assert not any(tmp_path.rglob("state.json"))  # never loaded as current by a new process
+    clock.now += 2
+    index.search("redirects", k=3)  # the next check rebuilds (the source churns on)
+    assert source.reads > 3
