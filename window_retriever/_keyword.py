@@ -67,7 +67,7 @@ A chunk deleted by another process can come back from a stale index for at most 
 above; the retriever fetches every candidate by id afterwards, so such an id finds nothing.
 The lengths and metadata :meth:`KeywordIndex.indexed` gives adaptive selection are as stale as
 the index: every chunk chosen is read and checked, so a stale entry costs a fetch (and is then
-corrected by :meth:`KeywordIndex.reindex`), never an old text or a hidden chunk; an entry of a
+corrected by :meth:`KeywordIndex.correct`), never an old text or a hidden chunk; an entry of a
 chunk not chosen can only change which neighbours a window takes. After a write that keeps the
 count and bypasses this library, that lasts until the next :meth:`KeywordIndex.invalidate`.
 
@@ -232,7 +232,7 @@ class _Snapshot:
     rows: np.ndarray  # model document -> row in ``ids``
     lengths: np.ndarray | None = None  # each row's text length in characters (int32)
     read: dict[str, tuple[int, Mapping[str, Any]]] = field(default_factory=dict)
-    """Chunks read since the build that differed from it (``KeywordIndex.reindex``)."""
+    """Chunks read since the build that differed from it (``KeywordIndex.correct``)."""
     masks: OrderedDict[bytes, np.ndarray] = field(default_factory=OrderedDict)
     passing: OrderedDict[str, _Passing] = field(default_factory=OrderedDict)
     distrusted_at: float = -math.inf
@@ -273,7 +273,7 @@ class _Passing:
     predicate: Predicate
     ids: list[str] | None = None
     changes: int = 0
-    """How many rows :meth:`KeywordIndex.reindex` turned (an ``ids`` made meanwhile is not kept)."""
+    """How many rows :meth:`KeywordIndex.correct` turned (an ``ids`` made meanwhile is not kept)."""
 
 
 class KeywordIndex:
@@ -448,7 +448,7 @@ class KeywordIndex:
         """Each id's text length (characters) and metadata, as this index holds them.
 
         Read from the current snapshot with no call to the store and no check (so as stale as
-        the last check: see the module docstring), with what :meth:`reindex` corrected since
+        the last check: see the module docstring), with what :meth:`correct` corrected since
         it was built; ids it does not hold are left out. ``None`` before the first search.
         """
         return _held(self._snapshot, ids)
@@ -467,10 +467,11 @@ class KeywordIndex:
         it is read (:meth:`correct`), so a caller applies the filter to every chunk it reads,
         and one deleted since makes Chroma refuse the search (:meth:`distrust`). ``None``, and
         the caller lets Chroma apply the filter, before the first build, while another thread
-        checks or builds, when the collection changed since the build (until a keyword search
-        rebuilds; the change is checked again after ``check_interval``), for a while after
-        :meth:`distrust`, and when ``_filters`` cannot decide ``where``. It never waits for
-        another thread; when a check is due it makes it (the two calls of the fingerprint).
+        checks or builds, when a check found the collection changed since the build (until a
+        keyword search or :meth:`refresh` rebuilds; no call to the store meanwhile), for a
+        while after :meth:`distrust`, and when ``_filters`` cannot decide ``where``. It never
+        waits for another thread; when a check is due it makes it (one call, the count's too
+        every :data:`COUNT_EVERY` intervals).
         """
         predicate = compile_where(where)
         if predicate is None:
@@ -503,17 +504,6 @@ class KeywordIndex:
         if snapshot is not None:
             snapshot.distrusted_at = self._clock()
 
-    def reindex(self, read: Mapping[str, tuple[int, Mapping[str, Any]]]) -> None:
-        """Hold these chunks as just read: their length and metadata, until the next build.
-
-        For a chunk rewritten in place without :meth:`invalidate` (the fingerprint does not
-        change, so no check rebuilds): :meth:`indexed` then answers what the store holds, and
-        adaptive selection stops reading it twice; the filters kept pass or hide it by the
-        metadata read. The BM25 ranking is not changed (its terms are the build's). At most
-        :data:`_READ_KEPT` chunks are held so.
-        """
-        self._reindex(self._snapshot, read)
-
     def build(self) -> object | None:
         """The current build, as a token for :meth:`correct` (None before the first)."""
         return self._snapshot
@@ -521,10 +511,15 @@ class KeywordIndex:
     def correct(
         self, read: Mapping[str, tuple[int, Mapping[str, Any]]], build: object | None
     ) -> None:
-        """:meth:`reindex` the chunks of ``read`` (just read from the store) that differ here.
+        """Hold the chunks of ``read`` (just read from the store) that differ here as read.
 
-        Only while the index holds ``build`` (:meth:`build`, taken before the read): one built
-        since may hold a newer state than the read.
+        Their length and metadata, until the next build: for a chunk rewritten in place
+        without :meth:`invalidate` (the fingerprint does not change, so no check rebuilds),
+        :meth:`indexed` then answers what the store holds, adaptive selection stops reading it
+        twice, and the filters kept pass or hide it by the metadata read. The BM25 ranking is
+        not changed (its terms are the build's). At most :data:`_READ_KEPT` chunks are held
+        so. Only while the index holds ``build`` (:meth:`build`, taken before the read): one
+        built since may hold a newer state than the read.
         """
         snapshot = self._snapshot
         if snapshot is None or snapshot is not build:

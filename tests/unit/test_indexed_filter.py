@@ -230,7 +230,7 @@ def test_a_chunk_the_index_holds_as_read_is_passed_by_its_metadata_read(store: C
     target = store._collection.get(where={"tenant": "b"}, limit=1)["ids"][0]
     metadata = store._collection.get(ids=[target])["metadatas"][0]  # type: ignore[index]
     assert target not in (index.passing({"tenant": "a"}) or [])
-    index.reindex({target: (10, {**metadata, "tenant": "a"})})
+    index.correct({target: (10, {**metadata, "tenant": "a"})}, index.build())
     assert target in (index.passing({"tenant": "a"}) or [])
     assert target not in (index.passing({"tenant": "b"}) or [])
 
@@ -329,9 +329,9 @@ def test_a_correction_that_keeps_a_chunk_s_place_in_a_filter_keeps_the_filter_s_
     ids = index.passing({"tenant": "a"})
     assert ids
     metadata = store._collection.get(ids=[ids[0]])["metadatas"][0]  # type: ignore[index]
-    index.reindex({ids[0]: (10, {**metadata, "reviewed": True})})  # a key the filter ignores
+    index.correct({ids[0]: (10, {**metadata, "reviewed": True})}, index.build())  # ignored key
     assert index.passing({"tenant": "a"}) is ids  # not made again
-    index.reindex({ids[0]: (10, {**metadata, "tenant": "b"})})
+    index.correct({ids[0]: (10, {**metadata, "tenant": "b"})}, index.build())
     assert index.passing({"tenant": "a"}) == ids[1:]
 
 
@@ -358,13 +358,13 @@ def test_an_id_list_made_while_a_correction_turns_a_row_is_not_kept(
     where = {"tenant": "a"}
     first, second = index.passing(where)[:2]  # type: ignore[index]
     metadata = store._collection.get(ids=[first])["metadatas"][0]  # type: ignore[index]
-    index.reindex({first: (10, {**metadata, "tenant": "b"})})  # the list is made again...
+    index.correct({first: (10, {**metadata, "tenant": "b"})}, index.build())  # made again...
     flatnonzero = np.flatnonzero
 
     def meanwhile(mask: Any) -> Any:
         monkeypatch.setattr(np, "flatnonzero", flatnonzero)
         rows = flatnonzero(mask)
-        index.reindex({second: (10, {**metadata, "tenant": "b"})})  # ...and a row turns
+        index.correct({second: (10, {**metadata, "tenant": "b"})}, index.build())  # a row turns
         return rows
 
     monkeypatch.setattr(np, "flatnonzero", meanwhile)
