@@ -29,8 +29,8 @@ index's ``check_interval``, through ``window`` and ``hybrid`` in turn: a service
 less than one query a second, where every search of the default finds the index's check due.
 
 It reports p50 and p95 of each, the ratios to plain in the same run, the windowed time above
-plain in units of that one get, store calls a query, and the spaced p50s. Numbers are ratios side by side:
-these machines are noisy, so compare within one run, never across runs.
+plain in units of that one get, store calls a query, and the spaced p50s. Numbers are ratios
+side by side: these machines are noisy, so compare within one run, never across runs.
 """
 
 from __future__ import annotations
