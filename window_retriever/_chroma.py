@@ -326,11 +326,14 @@ class ChromaWindowStore(WindowStore, AsyncWindowStore):
 
     def _index(self) -> KeywordIndex | None:
         """The process's keyword index of this collection, if one was made; never makes one."""
-        keyword = sys.modules.get(_KEYWORD_MODULE)
-        if keyword is None:  # never imported: no index in this process
+        if _KEYWORD_MODULE not in sys.modules:  # never imported: no index in this process
             return None
-        index: KeywordIndex | None = keyword.KeywordIndex.existing(self._keywords())
-        return index
+        # Imported, or being imported by another thread (in ``sys.modules`` half-run): the
+        # import statement waits until the module has run, as reading it from ``sys.modules``
+        # would not (an index is only made once it has).
+        from window_retriever._keyword import KeywordIndex
+
+        return KeywordIndex.existing(self._keywords())
 
     def _distrust(self) -> None:
         index = self._index()

@@ -192,3 +192,72 @@ def test_a_new_process_loads_the_saved_index_and_rebuilds_it_after_a_change(
 
     assert (third["builds"], third["loads"], third["reads"]) == (1, 0, 1)
     assert {hit[0] for hit in third["hits"]} == {"doc:4", "doc:7"}
+
+
+HALF_LOADED = """
+import asyncio, importlib.abc, importlib.machinery, json, sys, threading
+import chromadb
+from langchain_chroma import Chroma
+from langchain_core.embeddings import DeterministicFakeEmbedding
+from window_retriever._chroma import ChromaWindowStore
+from window_retriever._protocol import Fetch, SearchIds
+
+NAME = "window_retriever._keyword"
+started, release = threading.Event(), threading.Event()
+
+
+class Held(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    # The keyword module's import, held after it is in sys.modules and before it runs.
+    def find_spec(self, name, path, target=None):
+        if name != NAME:
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(name, path)
+        self.real, spec.loader = spec.loader, self
+        return spec
+
+    def create_module(self, spec):
+        return None
+
+    def exec_module(self, module):
+        started.set()
+        release.wait()
+        self.real.exec_module(module)
+
+
+sys.meta_path.insert(0, Held())
+chroma = Chroma(
+    client=chromadb.EphemeralClient(),
+    collection_name="half_loaded",
+    embedding_function=DeterministicFakeEmbedding(size=16),
+)
+chroma.add_texts(
+    ["max_retries on the adapter", "cookies persist"],
+    ids=["a", "b"],
+    metadatas=[{"tenant": "acme"}, {"tenant": "globex"}],
+)
+store = ChromaWindowStore(chroma)
+threading.Thread(target=lambda: __import__(NAME)).start()  # a keyword search's first import
+started.wait()
+assert NAME in sys.modules and not hasattr(sys.modules[NAME], "KeywordIndex")
+threading.Timer(0.3, release.set).start()
+call = json.loads(sys.argv[1])["call"]
+if call == "fetch":
+    got = sorted(d.id for d in store.fetch(Fetch(ids=["a", "b"])).documents)
+elif call == "afetch":
+    got = sorted(d.id for d in asyncio.run(store.afetch(Fetch(ids=["a", "b"]))).documents)
+else:
+    request = SearchIds(query="max_retries", k=2, where={"tenant": "acme"})
+    got = [chunk_id for chunk_id, _ in store.search_ids(request)]
+print(json.dumps(got))
+"""
+
+
+@pytest.mark.parametrize(
+    ("call", "expected"),
+    [("fetch", ["a", "b"]), ("afetch", ["a", "b"]), ("search_ids", ["a"])],
+)
+def test_a_read_while_another_thread_first_imports_the_keyword_module_waits_for_it(
+    call: str, expected: list[str]
+) -> None:
+    """Found in CI: a fetch took the half-run module from ``sys.modules`` (AttributeError)."""
+    assert run_script(HALF_LOADED, {"call": call}) == expected
