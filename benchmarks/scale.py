@@ -1,12 +1,16 @@
 """Latency at scale: windowed against plain retrieval, embedded and on a Chroma server.
 
-Usage: ``python benchmarks/scale.py [--chunks 10000 100000] [--queries 200] [--out FILE]``.
+Usage: ``python benchmarks/scale.py [--chunks 10000 100000] [--queries 200] [--text docs]
+[--out FILE]``.
 
 For each corpus size it builds one store of synthetic chunks (files of 50 chunks of about 400
 characters, ten tenants, split and stamped by WindowSplitter, the fake embedding so that the
 query embedding costs nothing: the worst case for the ratio) on local disk, and the same
-corpus on a ``chroma run`` server on loopback. Then, on each store, with and without a tenant
-filter, it times the same queries, interleaved, through:
+corpus on a ``chroma run`` server on loopback. With ``--text docs`` the chunks are the Python
+documentation's instead (``apt-get install python3.11-doc``: 37k chunks, repeated under other
+sources beyond that), real text's vocabulary where the synthetic one's 22 words are each in
+nine chunks of ten. Then, on each store, with and without a tenant filter, it times the same
+queries (nine words of a chunk each), interleaved, through:
 
 - ``plain``: ``vectorstore.as_retriever(search_kwargs={"k": 4, "filter": ...})``;
 - ``window``: ``ContextWindowRetriever(k=4)`` (static windows of up to 1,200 characters);
@@ -36,6 +40,7 @@ side by side: these machines are noisy, so compare within one run, never across 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import random
 import statistics
@@ -58,6 +63,7 @@ from window_retriever import (
     Found,
     WindowSplitter,
     add_chunks,
+    load_file,
     open_store,
 )
 from window_retriever._chroma import ChromaWindowStore
@@ -114,6 +120,43 @@ def corpus(chunks: int) -> tuple[list[Document], list[str]]:
     split = WindowSplitter().split_documents(documents)
     texts = [c.page_content for c in rng.sample(split, min(len(split), 2000))]
     return split, [" ".join(t.split()[3:12]) for t in texts]
+
+
+def docs_corpus(chunks: int) -> tuple[list[Document], list[str]]:
+    """The Python documentation's pages as files of ten tenants; and query texts from them.
+
+    Pages in a seeded order until there are ``chunks``, again under other sources once all
+    were used. Real technical text: most words are in few chunks, where the synthetic corpus's 22 are
+    each in nine chunks of ten (the worst case for the keyword search).
+    """
+    from pydocs import DOCS_ROOT
+
+    if not DOCS_ROOT.is_dir():
+        msg = f"{DOCS_ROOT} not found: install it with `apt-get install python3.11-doc`"
+        raise SystemExit(msg)
+    rng = random.Random(7)
+    pages = sorted(
+        path
+        for path in DOCS_ROOT.rglob("*.html")
+        if not any(part.startswith("_") for part in path.relative_to(DOCS_ROOT).parts)
+        and not path.name.startswith(("genindex", "search", "py-modindex"))
+    )
+    rng.shuffle(pages)
+    splitter = WindowSplitter()
+    texts: dict[Path, str] = {}
+    split: list[Document] = []
+    for number in itertools.count():
+        page = pages[number % len(pages)]
+        if page not in texts:
+            loaded = load_file(page)
+            texts[page] = loaded.document.page_content if loaded.document else ""
+        source = f"copy{number // len(pages)}/{page.relative_to(DOCS_ROOT)}"
+        metadata = {"source": source, "tenant": f"t{number % TENANTS}"}
+        split += splitter.split_documents([Document(texts[page], metadata=metadata)])
+        if len(split) >= chunks:
+            break
+    sample = [c.page_content for c in rng.sample(split, min(len(split), 2000))]
+    return split, [" ".join(t.split()[3:12]) for t in sample]
 
 
 def start_server(path: Path) -> tuple[subprocess.Popen[bytes], str]:
@@ -241,12 +284,18 @@ def main() -> None:
     parser.add_argument("--queries", type=int, default=200)
     parser.add_argument("--kinds", nargs="+", default=["embedded", "server"])
     parser.add_argument("--spaced", type=int, default=10)
+    parser.add_argument(
+        "--text",
+        choices=["synthetic", "docs"],
+        default="synthetic",
+        help="the synthetic corpus, or the Python documentation's pages (python3.11-doc)",
+    )
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     embeddings = DeterministicFakeEmbedding(size=384)
     rows: list[dict[str, Any]] = []
     for size in args.chunks:
-        split, queries = corpus(size)
+        split, queries = corpus(size) if args.text == "synthetic" else docs_corpus(size)
         queries = queries[: args.queries]
         for kind in args.kinds:
             with tempfile.TemporaryDirectory() as directory:
@@ -266,6 +315,7 @@ def main() -> None:
                     built = time.perf_counter() - began
                     for where in (None, {"tenant": "t3"}):
                         row = {
+                            "text": args.text,
                             "chunks": len(split),
                             "store": kind,
                             "filter": "tenant" if where else "none",
@@ -286,7 +336,7 @@ def main() -> None:
 
 def _line(row: dict[str, Any]) -> str:
     return (
-        f"{row['chunks']} {row['store']} filter={row['filter']}: plain {row['plain']['p50']:.2f} "
+        f"{row.get('text', 'synthetic')} {row['chunks']} {row['store']} filter={row['filter']}: plain {row['plain']['p50']:.2f} "
         f"ms, window {row['window']['p50']:.2f} ({row['window']['ratio_p50']:.2f}x), budget "
         f"{row['budget']['p50']:.2f} ({row['budget']['ratio_p50']:.2f}x plain, "
         f"{row['budget']['over_window_p50']:.2f}x window), hybrid "
@@ -312,19 +362,19 @@ def _spaced(row: dict[str, Any]) -> str:
 
 def _table(rows: list[dict[str, Any]]) -> str:
     lines = [
-        "| chunks | store | filter | plain p50 / p95 ms | window p50 / p95 ms | ratio p50 / p95 "
+        "| text | chunks | store | filter | plain p50 / p95 ms | window p50 / p95 ms | ratio p50 / p95 "
         "| budget p50 / p95 ms | ratio p50 / p95 | one get p50 ms | floor (plain + get) "
         "| above plain, in gets (window, budget, hybrid) | hybrid p50 / p95 ms "
         "| budget / window p50 | hybrid / budget p50 | store calls (window, budget, hybrid) "
         "| window_where / plain p50, above plain in gets | hybrid_given / window p50 "
         "| spaced p50 ms (window, hybrid) |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         w, b, h, ww = r["window"], r["budget"], r["hybrid"], r["window_where"]
         hg = r["hybrid_given"]
         lines.append(
-            f"| {r['chunks']:,} | {r['store']} | {r['filter']} "
+            f"| {r.get('text', 'synthetic')} | {r['chunks']:,} | {r['store']} | {r['filter']} "
             f"| {r['plain']['p50']:.2f} / {r['plain']['p95']:.2f} "
             f"| {w['p50']:.2f} / {w['p95']:.2f} | {w['ratio_p50']:.2f}x / {w['ratio_p95']:.2f}x "
             f"| {b['p50']:.2f} / {b['p95']:.2f} | {b['ratio_p50']:.2f}x / {b['ratio_p95']:.2f}x "
