@@ -493,13 +493,16 @@ def test_a_filter_that_passes_few_chunks_finds_them_at_every_score(
     assert index.search("apple", k=5, where={"tenant": "none"}) == []
 
 
-def test_dense_columns_score_exactly_as_bm25s_does() -> None:
-    """Common terms are added as dense columns: the same scores to the last bit, any query."""
+@pytest.mark.parametrize("wordless", [0, 300], ids=["every-row-has-words", "some-rows-have-none"])
+def test_scores_are_exactly_bm25s_s_at_each_row(wordless: int) -> None:
+    """Common terms are added as dense columns, and every posting lands at its row of ``ids``
+    where rows with no word are not in the model: the same scores to the last bit, any query.
+    """
     import random
 
     import numpy as np
 
-    from window_retriever._keyword import _BM25, _bm25s, _scores, _Snapshot, _tokenize
+    from window_retriever._keyword import _index, _scores, _tokenize
 
     rng = random.Random(5)
     common = ["window", "chunk", "budget", "merge", "store"]
@@ -510,34 +513,45 @@ def test_dense_columns_score_exactly_as_bm25s_does() -> None:
         + " ".join(rng.choice(rare) for _ in range(rng.randint(0, 3)))
         for _ in range(3000)
     ]
-    model = _bm25s().BM25(**_BM25)
-    model.index(_tokenize(texts), show_progress=False)
-    snapshot = _Snapshot(None, [], [], model, np.arange(len(texts)))  # type: ignore[arg-type]
+    texts += ["", "the and of", "a"] * (wordless // 3)  # no word once stop words are out
+    rng.shuffle(texts)
+    ids = [f"id{i:05d}" for i in range(len(texts))]
+    snapshot = _index(Fingerprint("c", len(ids), None), ids, texts, [{} for _ in texts])
+    model = snapshot.model
+    assert len(snapshot.rows) == len(texts) - wordless
     dense = snapshot.dense_columns()
     held = np.diff(model.scores["indptr"])
-    assert dense and all(2 * held[term] >= len(texts) for term in dense)
-    assert any(2 * count < len(texts) for count in held)  # sparse terms are in the queries too
+    assert dense and all(2 * held[term] >= len(snapshot.rows) for term in dense)
+    assert any(2 * count < len(snapshot.rows) for count in held)  # sparse terms are queried too
     for _ in range(50):
         words = rng.sample(common, 2) + rng.sample(rare, 2) + [rng.choice(common)]  # a repeat
         terms = model.get_tokens_ids(_tokenize([" ".join(rng.sample(words, len(words)))])[0])
-        expected = model.get_scores_from_ids(terms)
+        expected = np.zeros(len(ids), dtype=np.float32)
+        expected[snapshot.rows] = model.get_scores_from_ids(terms)
         assert np.array_equal(_scores(snapshot, terms), expected)
 
 
 @settings(max_examples=300, deadline=None)
 @given(
-    st.lists(st.integers(0, 6), max_size=700),  # few distinct scores: many ties, many zeros
-    st.integers(1, 40),
+    st.integers(0, 3000),  # rows
+    st.sampled_from([1, 6, 1000, 10**6]),  # distinct scores: many ties ... hardly any
+    st.floats(0, 1),  # the share of rows that hold no query word (score 0)
+    st.integers(1, 40),  # k
+    st.integers(0, 2**32 - 1),  # seed
 )
-def test_the_rows_kept_for_sorting_hold_the_whole_ranking_s_head(values: list[int], k: int) -> None:
+def test_the_rows_kept_for_sorting_hold_the_whole_ranking_s_head(
+    rows: int, top: int, zeros: float, k: int, seed: int
+) -> None:
     """A sample's bound keeps every row at or above the k-th score: the head comes out whole."""
     import numpy as np
 
     from window_retriever._keyword import _at_least_kth
 
-    scores = np.array(values, dtype=np.float32) / 4
-    rows = np.arange(len(scores))
-    ranking = [int(row) for row in rows[np.lexsort((rows, -scores))] if scores[row] > 0]
+    generator = np.random.default_rng(seed)
+    scores = (generator.integers(1, top + 1, rows) / 4).astype(np.float32)
+    scores[generator.random(rows) < zeros] = 0
+    order = np.arange(rows)
+    ranking = [int(row) for row in order[np.lexsort((order, -scores))] if scores[row] > 0]
     kept = _at_least_kth(scores, k)
     assert all(scores[kept] > 0)
     head = kept[np.lexsort((kept, -scores[kept]))][:k].tolist()
