@@ -834,18 +834,23 @@ def _at_least_kth(scores: np.ndarray, k: int) -> np.ndarray:
     """
     sample = scores[::_SAMPLE_STRIDE].copy()
     scoring = int(np.count_nonzero(sample))
-    if scoring >= k:  # so the sample's k-th best scores
-        if 2 * scoring <= len(sample):
-            sample = sample[sample > 0]
-        sample.partition(len(sample) - k)
-        return np.flatnonzero(scores >= sample[len(sample) - k])
+    if scoring >= k:
+        return np.flatnonzero(scores >= _kth_best(sample, scoring, k))
     scored = int(np.count_nonzero(scores))  # the rows that hold a query word (BM25 >= 0)
     if scored <= k:
         return np.flatnonzero(scores > 0)
-    # Where most rows score, the k-th is found in place (gathering them first costs as much).
-    values = scores if 2 * scored > len(scores) else scores[scores > 0]
-    kth = np.partition(values, len(values) - k)[len(values) - k]  # > 0
-    return np.flatnonzero(scores >= kth)
+    return np.flatnonzero(scores >= _kth_best(scores, scored, k))
+
+
+def _kth_best(values: np.ndarray, scoring: int, k: int) -> Any:
+    """The ``k``-th best of ``values``, of which ``scoring`` (at least ``k``) are above 0.
+
+    So it is above 0 too. Where most score it is found among all of them (gathering the
+    scoring ones first costs as much), else among the scoring ones.
+    """
+    if 2 * scoring <= len(values):
+        values = values[values > 0]
+    return np.partition(values, len(values) - k)[len(values) - k]
 
 
 @functools.cache
