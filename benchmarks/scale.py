@@ -118,16 +118,21 @@ def corpus(chunks: int) -> tuple[list[Document], list[str]]:
         lambda number: {"source": f"doc-{number}", "tenant": f"t{number % TENANTS}"},
     )
     split = WindowSplitter().split_documents(documents)
-    texts = [c.page_content for c in rng.sample(split, min(len(split), 2000))]
-    return split, [" ".join(t.split()[3:12]) for t in texts]
+    return split, queries_from(rng, split)
+
+
+def queries_from(rng: random.Random, split: Sequence[Document]) -> list[str]:
+    """Query texts: nine words (the fourth to the twelfth) of each of 2,000 sampled chunks."""
+    texts = [c.page_content for c in rng.sample(list(split), min(len(split), 2000))]
+    return [" ".join(t.split()[3:12]) for t in texts]
 
 
 def docs_corpus(chunks: int) -> tuple[list[Document], list[str]]:
     """The Python documentation's pages as files of ten tenants; and query texts from them.
 
     Pages in a seeded order until there are ``chunks``, again under other sources once all
-    were used. Real technical text: most words are in few chunks, where the synthetic corpus's 22 are
-    each in nine chunks of ten (the worst case for the keyword search).
+    were used. Real technical text: most words are in few chunks, where each of the synthetic
+    corpus's 22 is in nine chunks of ten.
     """
     from pydocs import DOCS_ROOT
 
@@ -155,8 +160,7 @@ def docs_corpus(chunks: int) -> tuple[list[Document], list[str]]:
         split += splitter.split_documents([Document(texts[page], metadata=metadata)])
         if len(split) >= chunks:
             break
-    sample = [c.page_content for c in rng.sample(split, min(len(split), 2000))]
-    return split, [" ".join(t.split()[3:12]) for t in sample]
+    return split, queries_from(rng, split)
 
 
 def start_server(path: Path) -> tuple[subprocess.Popen[bytes], str]:
