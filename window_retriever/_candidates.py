@@ -10,11 +10,15 @@ serves the sync and the async path.
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import math
+import os
+import threading
 from abc import ABC, abstractmethod
 from collections import deque
 from collections.abc import Awaitable, Callable, Generator, Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
@@ -28,7 +32,7 @@ from window_retriever._protocol import Fetch, Found, Indexed, Request, Search, S
 from window_retriever._records import admit, placed, read_hit, read_hits, unique
 from window_retriever._windows import Chunk, Hit, Measure, Position
 
-Flow = Generator["Request | Call", Any, Any]
+Flow = Generator["Request | Call | Ahead", Any, Any]
 
 
 @dataclass
@@ -241,6 +245,75 @@ class Call:
 
     run: Callable[[], Any]
     arun: Callable[[], Awaitable[Any]]
+    ready: Callable[[], bool] = lambda: False
+    """Whether ``run`` would now be quick and read no store (see :class:`Ahead`)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Ahead:
+    """Start ``call`` now, beside the store requests that follow; the answer is a :class:`Call`.
+
+    A flow yields it before a request whose answer the call does not need (the keyword leg
+    before the vector search) and yields the call it gets back where it needs the result;
+    that call raises what the started one raised. The sync driver runs a call that is
+    :attr:`Call.ready` on a worker thread while it searches (the keyword search's numpy work
+    then overlaps the query's embedding and Chroma's search); any other call (one that would
+    build an index or read the store), or one met when every worker is busy, runs where it
+    is awaited, as if it had never been started. The async driver starts it as a task.
+    """
+
+    call: Call
+
+    def start(self) -> Call:
+        """The sync driver's start: on a worker if the call is ready and a worker is free."""
+        if not self.call.ready() or not _free_workers.acquire(blocking=False):
+            return self.call
+        try:
+            future = _worker_pool().submit(self.call.run)
+        except RuntimeError:  # the interpreter is shutting down: no new threads
+            _free_workers.release()
+            return self.call
+        future.add_done_callback(lambda _: _free_workers.release())
+        return Call(future.result, lambda: asyncio.wrap_future(future))
+
+    def astart(self) -> tuple[Call, asyncio.Future[Any]]:
+        """The async driver's start: a task now, that the driver cancels if the flow ends first.
+
+        Cancelling also marks a task that ended in an error as seen (no "Task exception was
+        never retrieved" when the vector search failed first).
+        """
+        task = asyncio.ensure_future(self.call.arun())
+
+        async def result() -> Any:
+            return await task
+
+        return Call(lambda: task.result(), result), task
+
+
+AHEAD_WORKERS = 2
+"""Worker threads for calls started ahead (per process). More would only queue for the GIL."""
+_free_workers = threading.BoundedSemaphore(AHEAD_WORKERS)
+_pool: ThreadPoolExecutor | None = None
+_pool_lock = threading.Lock()
+
+
+def _worker_pool() -> ThreadPoolExecutor:
+    global _pool
+    with _pool_lock:
+        if _pool is None:
+            _pool = ThreadPoolExecutor(AHEAD_WORKERS, thread_name_prefix="window-retriever-ahead")
+        return _pool
+
+
+def _new_pool_in_child() -> None:
+    """A forked child has none of its parent's threads: it starts its own pool when needed."""
+    global _pool, _pool_lock, _free_workers
+    _pool, _pool_lock = None, threading.Lock()
+    _free_workers = threading.BoundedSemaphore(AHEAD_WORKERS)
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_new_pool_in_child)
 
 
 class HybridSearch(CandidateSource):
@@ -277,8 +350,9 @@ class HybridSearch(CandidateSource):
     def survey(self, query: str, k: int, params: Params) -> Flow:
         """The vector leg as ids and distances of a wider pool; its first ``k`` are fused."""
         width = max(k, SURVEY_WIDTH)
+        started = yield Ahead(self.keyword(query, k, params))
         found = yield SearchIds(query, width, params.filter, params.where_document)
-        keyword: list[tuple[str, float]] = yield self.keyword(query, k, params)
+        keyword: list[tuple[str, float]] = yield started
         distances, bound = _survey_of(found)
         vector = list(dict.fromkeys(chunk_id for chunk_id, _ in found))[:k]
         fused = self._fuse(vector, keyword, k)
@@ -298,8 +372,9 @@ class HybridSearch(CandidateSource):
     def find(
         self, query: str, k: int, params: Params, *, embeddings: bool, defer: bool = False
     ) -> Flow:
+        started = yield Ahead(self.keyword(query, k, params))
         found = yield _search(query, k, params, measured=True)
-        keyword: list[tuple[str, float]] = yield self.keyword(query, k, params)
+        keyword: list[tuple[str, float]] = yield started
         vector = {document.id or "": n for n, document in enumerate(found.documents)}
         fused = self._fuse(list(vector), keyword, k)
         documents = {document.id or "": document for document in found.documents}

@@ -130,6 +130,11 @@ class ChromaWindowStore(WindowStore, AsyncWindowStore):
             query, k, where=where, where_document=where_document
         )
 
+    def keyword_search_ready(self) -> bool:
+        """Whether this process's keyword index of the collection is built and no check is due."""
+        index = self._index()
+        return index is not None and index.ready()
+
     def indexed(self, ids: Sequence[str]) -> Indexed | None:
         """Lengths and metadata from the collection's keyword index, once it was built or loaded."""
         if self._keyword_source is None:  # no keyword search yet: no index to ask

@@ -215,6 +215,16 @@ class WindowStore(ABC):
         """
         raise NotImplementedError(_lacks(self, "keyword_search"))
 
+    def keyword_search_ready(self) -> bool:
+        """Whether :meth:`keyword_search` would now answer quickly, from memory.
+
+        ``True`` when it would neither build an index nor read the store (beyond a filter the
+        store itself must decide): the retriever then runs it on a worker thread beside the
+        vector search, where it would otherwise wait for it. ``False`` (the default) runs it
+        after the vector search, in the caller's thread.
+        """
+        return False
+
     def indexed(self, ids: Sequence[str]) -> Indexed | None:
         """What this process already holds of these chunks, without a call to the store.
 

@@ -10,6 +10,7 @@ async paths drive it and differ by one ``await``.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Generator
 from typing import Any
 
@@ -23,6 +24,7 @@ from pydantic import ConfigDict, Field, PrivateAttr, ValidationError, model_vali
 
 from window_retriever._adaptive import DEFAULT_COHERENCE
 from window_retriever._candidates import (
+    Ahead,
     Call,
     CandidateSource,
     HybridSearch,
@@ -209,15 +211,23 @@ class ContextWindowRetriever(BaseRetriever):
         store = self._store()
         flow = self._flow(query, self._params(kwargs), store)
         response: Any = None
-        while True:
-            try:
-                request = flow.send(response)
-            except StopIteration as done:
-                return done.value  # type: ignore[no-any-return]
-            if isinstance(request, Call):
-                response = await request.arun()
-            else:
-                response = await aexecute(store, request)
+        started: list[asyncio.Future[Any]] = []
+        try:
+            while True:
+                try:
+                    request = flow.send(response)
+                except StopIteration as done:
+                    return done.value  # type: ignore[no-any-return]
+                if isinstance(request, Ahead):
+                    response, task = request.astart()
+                    started.append(task)
+                elif isinstance(request, Call):
+                    response = await request.arun()
+                else:
+                    response = await aexecute(store, request)
+        finally:
+            for task in started:  # the flow ended before it awaited them (an error)
+                task.cancel()
 
     def hits(self, query: str, **kwargs: Any) -> list[Document]:
         """The ``k`` hits windows would grow from, as plain chunks, best first; no neighbours.
@@ -247,7 +257,7 @@ class ContextWindowRetriever(BaseRetriever):
 
     def _flow(
         self, query: str, params: Params, store: WindowStore
-    ) -> Generator[Request | Call, Any, list[Document]]:
+    ) -> Generator[Request | Call | Ahead, Any, list[Document]]:
         """The whole retrieval: candidates, then the strategy's fetch and selection."""
         if not isinstance(query, str):
             msg = f"the query must be a string, got {type(query).__name__}"
@@ -306,7 +316,7 @@ class ContextWindowRetriever(BaseRetriever):
             def run() -> IdHits:
                 return store.keyword_search(query, k, params.filter, params.where_document)
 
-            return Call(run, lambda: in_thread(run))
+            return Call(run, lambda: in_thread(run), store.keyword_search_ready)
 
         return call
 
@@ -324,7 +334,7 @@ class ContextWindowRetriever(BaseRetriever):
         return adapted[1]
 
 
-def _run(flow: Generator[Request | Call, Any, Any], store: WindowStore) -> Any:
+def _run(flow: Generator[Request | Call | Ahead, Any, Any], store: WindowStore) -> Any:
     """Drive a flow of requests to its end, synchronously; return what it returns."""
     response: Any = None
     while True:
@@ -332,4 +342,9 @@ def _run(flow: Generator[Request | Call, Any, Any], store: WindowStore) -> Any:
             request = flow.send(response)
         except StopIteration as done:
             return done.value
-        response = request.run() if isinstance(request, Call) else execute(store, request)
+        if isinstance(request, Ahead):
+            response = request.start()
+        elif isinstance(request, Call):
+            response = request.run()
+        else:
+            response = execute(store, request)

@@ -44,6 +44,10 @@ class CountingStore(WindowStore):
         """Search the wrapped store's keyword index (not a store call: not counted)."""
         return self.store.keyword_search(query, k, where, where_document)
 
+    def keyword_search_ready(self) -> bool:
+        """As the wrapped store."""
+        return self.store.keyword_search_ready()
+
     def indexed(self, ids: Sequence[str]) -> Indexed | None:
         """What the wrapped store holds in this process (not a store call: not counted)."""
         return self.store.indexed(ids)
