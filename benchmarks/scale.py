@@ -101,9 +101,6 @@ class KeywordsGiven(ChromaWindowStore):
         super().__init__(vectorstore)
         self.found: dict[tuple[Any, ...], Any] = {}
 
-    def keyword_search_ready(self) -> bool:  # noqa: D102 - a dict lookup: no worker thread
-        return False
-
     def keyword_search(self, query: str, k: int, where: Any, where_document: Any) -> Any:  # noqa: D102
         key = (query, k, repr(where), repr(where_document))
         if key not in self.found:

@@ -11,6 +11,7 @@ serves the sync and the async path.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import itertools
 import math
 import os
@@ -265,16 +266,27 @@ class Ahead:
     call: Call
 
     def start(self) -> Call:
-        """The sync driver's start: on a worker if the call is ready and a worker is free."""
-        if not self.call.ready() or not _free_workers.acquire(blocking=False):
-            return self.call
+        """The sync driver's start: on a worker if the call is ready and a worker is free.
+
+        The worker asks again before it runs the call (it may have waited for the GIL while
+        a check fell due); a call no longer ready is run by the caller when it is awaited.
+        The worker runs it in the caller's context (``contextvars``), as the caller would.
+        """
+        call = self.call
+        if not call.ready() or not _free_workers.acquire(blocking=False):
+            return call
         try:
-            future = _worker_pool().submit(self.call.run)
+            future = _worker_pool().submit(contextvars.copy_context().run, _if_ready, call)
         except RuntimeError:  # the interpreter is shutting down: no new threads
             _free_workers.release()
-            return self.call
+            return call
         future.add_done_callback(lambda _: _free_workers.release())
-        return Call(future.result, lambda: asyncio.wrap_future(future))
+
+        def result() -> Any:
+            answer = future.result()
+            return call.run() if answer is _NOT_RUN else answer
+
+        return Call(result, call.arun)
 
     def astart(self) -> tuple[Call, asyncio.Future[Any]]:
         """The async driver's start: a task now, that the driver cancels if the flow ends first.
@@ -295,6 +307,14 @@ AHEAD_WORKERS = 2
 _free_workers = threading.BoundedSemaphore(AHEAD_WORKERS)
 _pool: ThreadPoolExecutor | None = None
 _pool_lock = threading.Lock()
+
+
+_NOT_RUN = object()
+"""A worker's answer for a call that was no longer ready: the caller runs it."""
+
+
+def _if_ready(call: Call) -> Any:
+    return call.run() if call.ready() else _NOT_RUN
 
 
 def _worker_pool() -> ThreadPoolExecutor:

@@ -131,7 +131,13 @@ class ChromaWindowStore(WindowStore, AsyncWindowStore):
         )
 
     def keyword_search_ready(self) -> bool:
-        """Whether this process's keyword index of the collection is built and no check is due."""
+        """Whether this process's keyword index of the collection is built and no check is due.
+
+        ``False`` in a subclass that overrides :meth:`keyword_search` (this says nothing of
+        its search); it may override this too.
+        """
+        if type(self).keyword_search is not ChromaWindowStore.keyword_search:
+            return False
         index = self._index()
         return index is not None and index.ready()
 

@@ -8,6 +8,7 @@ which it can only see when the two overlap.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import gc
 import multiprocessing
 import threading
@@ -24,6 +25,7 @@ from window_retriever import ContextWindowRetriever, MemoryWindowStore, WindowSp
 from window_retriever import _candidates as candidates
 from window_retriever._protocol import Found, IdHits, Search, SearchIds, Where
 
+TENANT: contextvars.ContextVar[str] = contextvars.ContextVar("tenant", default="none")
 OVERLAP_WAIT = 5.0
 """How long a vector search waits to see the keyword search start (met at once when it runs)."""
 
@@ -53,14 +55,20 @@ class Legs(MemoryWindowStore):
         self.vector_fails = False
         self.keyword_waits: threading.Event | None = None
         self.vector_waits = OVERLAP_WAIT if ready else 0.2
+        self.asked: list[threading.Thread] = []
+        self.answers: list[bool] | None = None
+        """What ``keyword_search_ready`` answers in turn (else ``ready`` each time)."""
+        self.contexts: list[str] = []
 
     def keyword_search_ready(self) -> bool:
-        return self.ready
+        self.asked.append(threading.current_thread())
+        return self.ready if self.answers is None else self.answers.pop(0)
 
     def keyword_search(
         self, query: str, k: int, where: Where | None, where_document: Where | None
     ) -> IdHits:
         self.keyword_threads.append(threading.current_thread())
+        self.contexts.append(TENANT.get())
         self.keyword_started.set()
         try:
             return self._keyword_hits(query, k)
@@ -148,6 +156,29 @@ def test_a_keyword_search_that_is_not_ready_runs_after_the_vector_search_in_the_
     assert store.keyword_threads == [threading.current_thread()]
 
 
+def test_a_call_no_longer_ready_when_its_worker_runs_is_run_by_the_caller() -> None:
+    """A check fell due while the worker waited: the worker would check (or rebuild) the index."""
+    store = legs(ready=True)
+    store.vector_waits = 0.2
+    store.answers = [True, False]  # ready when started, not when the worker asks again
+    ContextWindowRetriever(vectorstore=store, total_budget=600).invoke("retries")
+    assert store.asked[0] is threading.current_thread()
+    assert store.asked[1].name.startswith("window-retriever-ahead")
+    assert store.keyword_threads == [threading.current_thread()]
+
+
+def test_the_worker_runs_the_keyword_search_in_the_callers_context() -> None:
+    store = legs(ready=True)
+    retriever = ContextWindowRetriever(vectorstore=store, total_budget=600)
+    token = TENANT.set("acme")
+    try:
+        retriever.invoke("retries")
+    finally:
+        TENANT.reset(token)
+    assert store.keyword_threads[0] is not threading.current_thread()
+    assert store.contexts == ["acme"]
+
+
 def test_with_every_worker_busy_the_keyword_search_runs_in_the_callers_thread() -> None:
     store = legs(ready=True)
     store.vector_waits = 0.2
@@ -173,6 +204,7 @@ def test_the_keyword_searchs_error_on_a_worker_is_raised_by_invoke() -> None:
 
 async def test_async_runs_the_keyword_search_beside_the_vector_search() -> None:
     store = legs(ready=False)  # the async path starts it whether or not it is ready
+    store.vector_waits = OVERLAP_WAIT
     got = await ContextWindowRetriever(vectorstore=store, total_budget=600).ainvoke("retries")
     assert store.overlapped == [True]
     assert texts(got) == texts(
@@ -187,6 +219,7 @@ def test_a_vector_search_error_ends_the_query_while_the_keyword_search_still_run
     try:
         with pytest.raises(VectorError):
             ContextWindowRetriever(vectorstore=store, total_budget=600).invoke("retries")
+        assert not store.keyword_ended.is_set()  # raised without waiting for the keyword leg
     finally:
         store.keyword_waits.set()
 

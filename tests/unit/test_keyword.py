@@ -37,6 +37,7 @@ from window_retriever._keyword import (
     Fingerprint,
     KeywordIndex,
 )
+from window_retriever.evaluation.counting import CountingStore
 
 FILLER = [
     "Connections are pooled and reused between requests to the same host.",
@@ -274,6 +275,16 @@ def test_the_store_says_its_keyword_search_is_ready_only_while_it_would_answer_f
     invalidate_keywords(store)  # written to: the next search checks (and rebuilds)
     assert not adapter.keyword_search_ready()
     assert ChromaWindowStore(make_store()).keyword_search_ready() is False  # another collection
+    counting = CountingStore(store)
+    assert not counting.keyword_search_ready()  # a wrapper asks the store it wraps
+    counting.keyword_search("max_retries", 3, None, None)
+    assert counting.keyword_search_ready()
+
+    class OwnSearch(ChromaWindowStore):
+        def keyword_search(self, *arguments: Any) -> list[tuple[str, float]]:
+            return []
+
+    assert not OwnSearch(store).keyword_search_ready()  # its search is not the index's
 
 
 def test_a_writer_that_bypasses_the_library_is_seen_by_its_count(
