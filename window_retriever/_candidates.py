@@ -247,7 +247,8 @@ class Call:
     run: Callable[[], Any]
     arun: Callable[[], Awaitable[Any]]
     ready: Callable[[], bool] = lambda: False
-    """Whether ``run`` would now be quick and read no store (see :class:`Ahead`)."""
+    """Whether ``run`` would now be quick: no index to build, no check of the store due (see
+    :class:`Ahead`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -307,8 +308,6 @@ AHEAD_WORKERS = 2
 _free_workers = threading.BoundedSemaphore(AHEAD_WORKERS)
 _pool: ThreadPoolExecutor | None = None
 _pool_lock = threading.Lock()
-
-
 _NOT_RUN = object()
 """A worker's answer for a call that was no longer ready: the caller runs it."""
 
