@@ -100,7 +100,6 @@ import shutil
 import threading
 import time
 import uuid
-import warnings
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -132,12 +131,12 @@ FOLDER = "window_retriever_keyword"
 PAGE_SIZE = 5000
 """Records read per ``get`` while building (Chroma caps a batch at 5,461 on this machine)."""
 
-FORMAT = 2
+FORMAT = 3
 """The saved index's layout; another value (or other tokenizer settings) means rebuild (2: with
 each chunk's length)."""
 
 _TOKENIZER = {"stopwords": "en", "stemmer": "english", "lower": True, "pattern": r"(?u)\b\w\w+\b"}
-_BM25 = {"method": "lucene", "k1": 1.5, "b": 0.75}
+_ENGINE = {"name": "tantivy", "version": "0.27", "k1": 1.2, "b": 0.75}
 _MASKS_KEPT = 16
 _PASSING_KEPT = 64
 _DISTRUST_SECONDS = 60.0
@@ -223,13 +222,12 @@ class KeywordSource(Protocol):
 
 @dataclass(slots=True)
 class _Snapshot:
-    """One immutable build of the index: rows in id order, the BM25 model over them."""
+    """One immutable build of the index: rows in id order, the engine's index over them."""
 
     fingerprint: Fingerprint
     ids: list[str]
     metadatas: list[Mapping[str, Any]]
-    model: Any  # bm25s.BM25 over the rows that hold at least one token, or None
-    rows: np.ndarray  # model document -> row in ``ids``
+    engine: _Engine | None  # over the rows that hold at least one word; None if none does
     lengths: np.ndarray | None = None  # each row's text length in characters (int32)
     read: dict[str, tuple[int, Mapping[str, Any]]] = field(default_factory=dict)
     """Chunks read since the build that differed from it (``KeywordIndex.correct``)."""
@@ -238,30 +236,6 @@ class _Snapshot:
     distrusted_at: float = -math.inf
     """When Chroma last refused a search by its ids (:meth:`KeywordIndex.distrust`)."""
     row_of: dict[str, int] | None = None
-    dense: dict[int, np.ndarray] | None = None
-
-    def dense_columns(self) -> dict[int, np.ndarray]:
-        """The scores of every term that half the chunks or more hold, as one dense array each.
-
-        Adding a dense column is one vector add where ``np.add.at`` scatters one value at a
-        time; only for these terms is it no larger than the sparse column (4 bytes a chunk
-        against 8 a posting), so the index at most doubles in memory.
-        """
-        if self.dense is None:
-            matrix = self.model.scores
-            indptr, count = matrix["indptr"], int(matrix["num_docs"])
-            dense: dict[int, np.ndarray] = {}
-            for term in np.flatnonzero(2 * np.diff(indptr) >= count).tolist():
-                column = np.zeros(len(self.ids), dtype=self.model.dtype)
-                start, end = indptr[term], indptr[term + 1]
-                column[self.id_rows(matrix["indices"][start:end])] = matrix["data"][start:end]
-                dense[term] = column
-            self.dense = dense
-        return self.dense
-
-    def id_rows(self, documents: np.ndarray) -> np.ndarray:
-        """The rows of ``ids`` of the model's ``documents`` (the same rows where all are in it)."""
-        return documents if len(self.rows) == len(self.ids) else self.rows[documents]
 
     def row_index(self) -> dict[str, int]:
         if self.row_of is None:
@@ -409,21 +383,28 @@ class KeywordIndex:
         """
         if k <= 0:
             return []
-        snapshot = self._current()
-        if snapshot.model is None:
-            return []
-        terms = snapshot.model.get_tokens_ids(_query_words(query))
-        if not terms:
-            return []
-        scores = _scores(snapshot, terms)
-        predicate = compile_where(where) if where_document is None else None
-        if predicate is None:  # Chroma decides: mask the rows it does not return
-            scores[~self._allowed(snapshot, where, where_document)] = 0
-        elif where is not None:
-            scores[~self._passing(snapshot, where, predicate).mask] = 0
-        hits = _at_least_kth(scores, k)
-        order = hits[np.lexsort((hits, -scores[hits]))][:k]  # score down, then row (= id) up
-        return [(snapshot.ids[row], float(scores[row])) for row in order.tolist()]
+        stems = _stems(query)
+        for _attempt in range(2):
+            snapshot = self._current()
+            if snapshot.engine is None or not stems:
+                return []
+            mask = None
+            predicate = compile_where(where) if where_document is None else None
+            if predicate is None:  # Chroma decides: keep the rows it returns
+                mask = self._allowed(snapshot, where, where_document)
+            elif where is not None:
+                mask = self._passing(snapshot, where, predicate).mask
+            try:
+                hits = snapshot.engine.top(stems, k, mask)
+                break
+            except BaseException as error:
+                if not _engine_failed(error):
+                    raise
+                self._discard(snapshot, error)  # a damaged file the open did not read
+        else:
+            msg = "the keyword index failed twice, also when rebuilt from the collection"
+            raise RuntimeError(msg)
+        return [(snapshot.ids[row], score) for row, score in hits]
 
     async def asearch(
         self,
@@ -560,6 +541,16 @@ class KeywordIndex:
                         passing.ids = None
                         passing.changes += 1
 
+    def _discard(self, snapshot: _Snapshot, error: BaseException) -> None:
+        """Drop a snapshot whose engine failed (and its saved copy): the next search rebuilds."""
+        logger.warning("the keyword index failed (%s); it is rebuilt from the collection", error)
+        with self._lock:
+            if self._snapshot is snapshot:
+                self._snapshot = None
+                if self.directory is not None:
+                    target = self.directory / snapshot.fingerprint.collection_id
+                    shutil.rmtree(target, ignore_errors=True)
+
     def __len__(self) -> int:
         """How many chunks the current snapshot holds (checks the collection if due)."""
         return len(self._current().ids)
@@ -668,11 +659,10 @@ class KeywordIndex:
                 break
             fingerprint = after  # written to while read: read again
         self.builds += 1
-        snapshot = _index(fingerprint, ids, documents, metadatas)
+        target = None if not settled or self.directory is None else self.directory
+        snapshot = _index(fingerprint, ids, documents, metadatas, target)
         if not settled:
             self._stale = snapshot
-        elif self.directory is not None:
-            _save(self.directory / fingerprint.collection_id, snapshot)
         return snapshot
 
     def _load(self, fingerprint: Fingerprint) -> _Snapshot | None:
@@ -780,6 +770,19 @@ def _check_interval(value: float) -> None:
         raise ConfigurationError(msg + f"; use e.g. {DEFAULT_CHECK_INTERVAL}")
 
 
+# ---- the engine: tantivy, over the stems of each chunk ---------------------------------------
+
+_STOPWORDS = frozenset(
+    (  # noqa: SIM905 - one list to read against Lucene's
+        "a an and are as at be but by for if in into is it no not of on or such that the their "
+        "then there these they this to was will with"
+    ).split()
+)
+"""Lucene's English stop words (the set ``bm25s`` calls ``"en"``, which the index used before)."""
+
+_words = re.compile(str(_TOKENIZER["pattern"])).findall
+
+
 class _Stemmers(threading.local):
     """One Snowball stemmer per thread (PyStemmer's objects are not thread-safe)."""
 
@@ -789,141 +792,92 @@ class _Stemmers(threading.local):
 _stemmers = _Stemmers()
 
 
-def _scores(snapshot: _Snapshot, terms: Sequence[int]) -> np.ndarray:
-    """Every row's BM25 score for the query's terms: ``bm25s``'s numbers, exactly.
-
-    ``bm25s`` adds each term's precomputed column in turn with ``np.add.at``; here a column
-    that half the chunks hold is added as one dense array (4 ms a query at 100k chunks of
-    common words against 0.1). The terms are added in the same order and in the same
-    precision, so every score is the same to the last bit. Each posting is added at its row
-    of ``ids`` (0 stays where a row holds no word, and is not in the model): widening the
-    model's scores afterwards cost 0.15 ms a query at 100k chunks.
-    """
-    model = snapshot.model
-    if model.nonoccurrence_array is not None:  # BM25L / BM25+: not the method used here
-        scores = np.zeros(len(snapshot.ids), dtype=np.float32)
-        scores[snapshot.rows] = model.get_scores_from_ids(list(terms))
-        return scores
-    matrix = model.scores
-    data, indices, indptr = matrix["data"], matrix["indices"], matrix["indptr"]
-    dense = snapshot.dense_columns()
-    first = [dense.get(term) for term in terms[:2]]
-    if len(first) == 2 and first[0] is not None and first[1] is not None:
-        scores = np.add(first[0], first[1])  # 0 + a + b, to the bit (scores are never negative)
-        terms = terms[2:]
-    else:
-        scores = np.zeros(len(snapshot.ids), dtype=model.dtype)
-    for term in terms:
-        column = dense.get(term)
-        if column is not None:
-            scores += column
-        else:
-            start, end = indptr[term], indptr[term + 1]
-            np.add.at(scores, snapshot.id_rows(indices[start:end]), data[start:end])
-    return scores
-
-
-_SAMPLE_STRIDE = 8
-"""Every how many rows :func:`_at_least_kth` samples for a first bound on the k-th score."""
-
-
-def _at_least_kth(scores: np.ndarray, k: int) -> np.ndarray:
-    """The rows that score above 0 and at least the ``k``-th best score (all of them if fewer).
-
-    Sorting every row that holds a query word costs 14 ms at 100k chunks, so only these rows
-    are sorted; they hold every row of their scores, so the order (ties included) is the full
-    sort's. The ``k``-th best score of every eighth row is at most the ``k``-th best of all
-    (that sample's ``k`` best are among all rows), so the rows at or above it hold every row
-    the full search would keep and about eight times ``k`` more, found with one comparison
-    (0.13 ms at 100k where finding the exact ``k``-th takes 0.41). Where most of the sample
-    is 0 (a query's words are in few chunks, as in real text), its ``k``-th is found among
-    its scoring rows: partitioning all of it cost twice as much at 100k chunks. Where the
-    sample holds fewer than ``k`` scoring rows, the ``k``-th is found exactly.
-    """
-    sample = scores[::_SAMPLE_STRIDE].copy()
-    scoring = int(np.count_nonzero(sample))
-    if scoring >= k:
-        return np.flatnonzero(scores >= _kth_best(sample, scoring, k))
-    scored = int(np.count_nonzero(scores))  # the rows that hold a query word (BM25 >= 0)
-    if scored <= k:
-        return np.flatnonzero(scores > 0)
-    return np.flatnonzero(scores >= _kth_best(scores, scored, k))
-
-
-def _kth_best(values: np.ndarray, scoring: int, k: int) -> Any:
-    """The ``k``-th best of ``values``, of which ``scoring`` (at least ``k``) are above 0.
-
-    So it is above 0 too. Where most score it is found among all of them (gathering the
-    scoring ones first costs as much), else among the scoring ones.
-    """
-    if 2 * scoring <= len(values):
-        values = values[values > 0]
-    return np.partition(values, len(values) - k)[len(values) - k]
-
-
-@functools.cache
-def _bm25s() -> Any:
-    """``bm25s``, imported on first use, its logger kept quiet.
-
-    ``bm25s`` sets its own logger to ``DEBUG``, so an application with a root handler (or a
-    notebook) would show "Building index from tokens" on every build; only its warnings pass.
-    Its import of ``tqdm.auto`` warns in a notebook without ipywidgets (progress bars this
-    module never shows): that one warning is ignored.
-    """
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message="IProgress not found")
-        import bm25s
-
-    logging.getLogger("bm25s").setLevel(logging.WARNING)
-    return bm25s
-
-
-def _tokenize(texts: Sequence[str]) -> list[list[str]]:
-    """Lower-cased words of two characters or more, English stop words out, Snowball stems."""
-    bm25s = _bm25s()
-    import Stemmer
-
+def _stems(text: str) -> list[str]:
+    """Lower-cased words of two characters or more, stop words out, Snowball stems, in order."""
     if _stemmers.stemmer is None:
+        import Stemmer
+
         _stemmers.stemmer = Stemmer.Stemmer(_TOKENIZER["stemmer"])
-    tokens: list[list[str]] = bm25s.tokenize(
-        list(texts),
-        lower=True,
-        token_pattern=str(_TOKENIZER["pattern"]),
-        stopwords=str(_TOKENIZER["stopwords"]),
-        stemmer=_stemmers.stemmer,
-        return_ids=False,
-        show_progress=False,
-    )
-    return tokens
-
-
-def _query_words(query: str) -> list[str]:
-    """``_tokenize([query])[0]``, without ``bm25s.tokenize``'s per-call cost.
-
-    The same steps in the same order (lower-case, the pattern's words, stop words out,
-    Snowball stems): half of a keyword search's time at 20k chunks went to ``bm25s``'s
-    vocabulary bookkeeping and progress bars for a one-line text.
-    """
-    import Stemmer
-
-    if _stemmers.stemmer is None:
-        _stemmers.stemmer = Stemmer.Stemmer(_TOKENIZER["stemmer"])
-    stop = _stopwords()
-    words = [word for word in _words(query.lower()) if word not in stop]
+    words = [word for word in _words(text.lower()) if word not in _STOPWORDS]
     stems: list[str] = _stemmers.stemmer.stemWords(words)
     return stems
 
 
-_words = re.compile(str(_TOKENIZER["pattern"])).findall
-
-
 @functools.cache
-def _stopwords() -> frozenset[str]:
-    """The stop words ``bm25s.tokenize`` drops for ``_TOKENIZER["stopwords"]``."""
-    from bm25s.tokenization import _infer_stopwords
+def _tantivy() -> Any:
+    import tantivy
 
-    _bm25s()  # imported quietly
-    return frozenset(_infer_stopwords(str(_TOKENIZER["stopwords"])))
+    return tantivy
+
+
+_WRITER_HEAP = 128 * 2**20
+"""The writer's memory while indexing (tantivy flushes a segment when it is full)."""
+
+_GROWTH = 4
+"""How many times more hits a filtered search asks for when too few of them pass."""
+
+_SMALL_FILTER = 4096
+"""A filter that passes at most this many rows is searched within them (a set of rows)."""
+
+
+class _Engine:
+    """A tantivy index of the rows that hold a word, and its searcher.
+
+    Two fields: ``words`` (the row's stems, ranked by tantivy's BM25: k1 1.2, b 0.75) and
+    ``row`` (its row in the snapshot's ``ids``, a fast field).
+    """
+
+    def __init__(self, index: Any) -> None:
+        self.index = index
+        index.reload()  # the reader sees the last commit now, not after tantivy's delay
+        self.searcher = index.searcher()
+
+    @staticmethod
+    def schema() -> Any:
+        tantivy = _tantivy()
+        builder = tantivy.SchemaBuilder()
+        builder.add_text_field("words", tokenizer_name="whitespace", index_option="freq")
+        builder.add_unsigned_field("row", indexed=True, fast=True)
+        return builder.build()
+
+    def top(self, stems: list[str], k: int, mask: np.ndarray | None) -> list[tuple[int, float]]:
+        """The ``k`` best rows (``mask`` passes, if given) and their scores; ties by row."""
+        tantivy = _tantivy()
+        schema, should = self.index.schema, tantivy.Occur.Should
+        clauses = [(should, tantivy.Query.term_query(schema, "words", stem)) for stem in stems]
+        query = tantivy.Query.boolean_query(clauses)  # a repeated word counts once per repeat
+        passing = None if mask is None else int(np.count_nonzero(mask))
+        if passing == 0:
+            return []
+        if passing is not None and passing <= _SMALL_FILTER:
+            rows = tantivy.Query.term_set_query(schema, "row", np.flatnonzero(mask).tolist())
+            within = tantivy.Query.const_score_query(rows, 0.0)  # adds nothing to the score
+            query = tantivy.Query.boolean_query(
+                [(tantivy.Occur.Must, query), (tantivy.Occur.Must, within)]
+            )
+            mask = None
+        limit = k + 8
+        if mask is not None and passing is not None:
+            limit = int(limit * len(mask) / passing * 1.5)
+        while True:
+            found = self.searcher.search(query, limit, count=False).hits
+            rows = self.searcher.fast_field_values("row", [address for _, address in found])
+            hits = sorted(
+                zip(rows, (score for score, _ in found), strict=True),
+                key=lambda hit: (-hit[1], hit[0]),
+            )
+            if mask is not None:
+                hits = [hit for hit in hits if mask[hit[0]]]
+            if len(found) < limit:  # every matching row was seen
+                return hits[:k]
+            if len(hits) > k and hits[k - 1][1] > found[-1][0]:
+                return hits[:k]  # no row past the limit can tie or beat the k-th
+            limit *= _GROWTH
+
+
+def _engine_failed(error: BaseException) -> bool:
+    """Whether tantivy failed: its errors, and pyo3's ``PanicException`` (a ``BaseException``)."""
+    return isinstance(error, ValueError | OSError) or type(error).__name__ == "PanicException"
 
 
 def _index(
@@ -931,61 +885,84 @@ def _index(
     ids: list[str],
     documents: list[str],
     metadatas: list[Mapping[str, Any]],
+    directory: Path | None,
 ) -> _Snapshot:
-    """Index the rows in id order; rows without a token (empty, only stop words) stay out."""
-    bm25s = _bm25s()
-
+    """Index the rows in id order (rows without a word stay out); saved under ``directory``."""
     order = sorted(range(len(ids)), key=ids.__getitem__)
     ids = [ids[i] for i in order]
     metadatas = [metadatas[i] for i in order]
-    tokens = _tokenize([documents[i] for i in order]) if ids else []
     lengths = np.array([len(documents[i]) for i in order], dtype=np.int32)
-    rows = np.array([row for row, words in enumerate(tokens) if words], dtype=np.int64)
-    model = None
-    if len(rows):
-        model = bm25s.BM25(**_BM25)
-        model.index([tokens[row] for row in rows.tolist()], show_progress=False)
-    snapshot = _Snapshot(fingerprint, ids, metadatas, model, rows, lengths)
+    tantivy = _tantivy()
+    target = None if directory is None else directory / fingerprint.collection_id
+    temporary = None if target is None else target.parent / f".{target.name}.tmp-{uuid.uuid4().hex}"
+    if temporary is not None:
+        try:
+            temporary.mkdir(parents=True)
+        except OSError as error:
+            logger.warning("the keyword index could not be saved at %s: %s", target, error)
+            temporary = target = None
+    index = tantivy.Index(_Engine.schema(), path=None if temporary is None else str(temporary))
+    writer = index.writer(_WRITER_HEAP, 1)
+    indexed = 0
+    for row, i in enumerate(order):
+        stems = _stems(documents[i])
+        if stems:
+            document = tantivy.Document()
+            document.add_text("words", " ".join(stems))
+            document.add_unsigned("row", row)
+            writer.add_document(document)
+            indexed += 1
+    writer.commit()
+    writer.wait_merging_threads()
+    if temporary is not None and target is not None:
+        index = _saved(temporary, target, fingerprint, ids, metadatas, lengths, indexed)
+        if index is None:  # not saved (logged): the same rows in memory
+            return _index(fingerprint, ids, [documents[i] for i in order], metadatas, None)
+    engine = _Engine(index) if indexed else None
+    snapshot = _Snapshot(fingerprint, ids, metadatas, engine, lengths)
     snapshot.row_index()  # here, in the thread that builds: ``indexed`` may run on an event loop
     return snapshot
 
 
-# ---- saved beside an embedded store ---------------------------------------------------------
+# ---- saved beside an embedded store, or in the machine's cache for a server -------------------
 
 
-def _save(target: Path, snapshot: _Snapshot) -> None:
-    """Write ``snapshot`` to ``target`` whole or not at all (temporary folder, then rename).
+def _saved(
+    temporary: Path,
+    target: Path,
+    fingerprint: Fingerprint,
+    ids: list[str],
+    metadatas: list[Mapping[str, Any]],
+    lengths: np.ndarray,
+    indexed: int,
+) -> Any:
+    """Move the index built in ``temporary`` to ``target`` whole or not at all; open it there.
 
     A reader never sees a half-written index: it finds the old one, the new one, or none (and
-    builds). A failure to write (a read-only directory) is logged; the index works in memory.
+    builds). A failure to write (a read-only directory) is logged and gives None.
     """
     import orjson
 
-    temporary = target.parent / f".{target.name}.tmp-{uuid.uuid4().hex}"
     old = target.parent / f".{target.name}.old-{uuid.uuid4().hex}"
     try:
-        temporary.mkdir(parents=True)
-        if snapshot.model is not None:
-            snapshot.model.save(str(temporary / "bm25"), show_progress=False)
         (temporary / "rows.json").write_bytes(
             orjson.dumps(
-                {
-                    "ids": snapshot.ids,
-                    "metadatas": snapshot.metadatas,
-                    "rows": snapshot.rows,
-                    "lengths": snapshot.lengths,
-                },
+                {"ids": ids, "metadatas": metadatas, "lengths": lengths},
                 option=orjson.OPT_SERIALIZE_NUMPY,
             )
         )
-        state = {"format": FORMAT, "tokenizer": _TOKENIZER, "bm25": _BM25}
-        state["fingerprint"] = snapshot.fingerprint.as_json()
+        state = {"format": FORMAT, "tokenizer": _TOKENIZER, "engine": _ENGINE, "indexed": indexed}
+        state["fingerprint"] = fingerprint.as_json()
         (temporary / "state.json").write_bytes(orjson.dumps(state))  # last: marks it complete
         with contextlib.suppress(FileNotFoundError):
             target.rename(old)
         temporary.rename(target)
-    except OSError as error:
+        return _tantivy().Index.open(str(target))
+    except BaseException as error:
+        if not _engine_failed(error):
+            raise
         logger.warning("the keyword index could not be saved at %s: %s", target, error)
+        return None
     finally:
         shutil.rmtree(temporary, ignore_errors=True)
         shutil.rmtree(old, ignore_errors=True)
@@ -993,27 +970,29 @@ def _save(target: Path, snapshot: _Snapshot) -> None:
 
 def _load(target: Path, fingerprint: Fingerprint) -> _Snapshot | None:
     """The index saved at ``target`` if it was built from this very state, else None."""
-    bm25s = _bm25s()
     import orjson
 
     try:
         state = orjson.loads((target / "state.json").read_bytes())
-        expected = {"format": FORMAT, "tokenizer": _TOKENIZER, "bm25": _BM25}
+        expected = {"format": FORMAT, "tokenizer": _TOKENIZER, "engine": _ENGINE}
         if any(state.get(key) != value for key, value in expected.items()):
             return None
         if state.get("fingerprint") != fingerprint.as_json():
             return None
         saved = orjson.loads((target / "rows.json").read_bytes())
-        rows = np.array(saved["rows"], dtype=np.int64)
         lengths = np.array(saved["lengths"], dtype=np.int32)
-        if len(lengths) != len(saved["ids"]):
+        if len(lengths) != len(saved["ids"]) or len(saved["metadatas"]) != len(lengths):
             return None
-        model = None
-        if len(rows):
-            model = bm25s.BM25.load(str(target / "bm25"), show_progress=False)
-    except (OSError, ValueError, KeyError, TypeError) as error:  # none, damaged, or replaced
+        engine = None
+        if state["indexed"]:
+            engine = _Engine(_tantivy().Index.open(str(target)))
+            if engine.searcher.num_docs != state["indexed"]:
+                return None
+    except BaseException as error:  # none, damaged, or replaced
+        if not (_engine_failed(error) or isinstance(error, KeyError | TypeError)):
+            raise
         logger.debug("no saved keyword index at %s: %s", target, error)
         return None
-    snapshot = _Snapshot(fingerprint, saved["ids"], saved["metadatas"], model, rows, lengths)
+    snapshot = _Snapshot(fingerprint, saved["ids"], saved["metadatas"], engine, lengths)
     snapshot.row_index()  # as in ``_index``
     return snapshot

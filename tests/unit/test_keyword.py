@@ -530,69 +530,84 @@ def test_a_filter_that_passes_few_chunks_finds_them_at_every_score(
     assert index.search("apple", k=5, where={"tenant": "none"}) == []
 
 
-@pytest.mark.parametrize("wordless", [0, 300], ids=["every-row-has-words", "some-rows-have-none"])
-def test_scores_are_exactly_bm25s_s_at_each_row(wordless: int) -> None:
-    """Common terms are added as dense columns, and every posting lands at its row of ``ids``
-    where rows with no word are not in the model: the same scores to the last bit, any query.
-    """
+def _random_snapshot(seed: int, rows: int, wordless: int = 0) -> Any:
+    """A snapshot of ``rows`` short random texts of few words (so many scores tie)."""
     import random
 
-    import numpy as np
+    from window_retriever._keyword import _index
 
-    from window_retriever._keyword import _index, _scores, _tokenize
-
-    rng = random.Random(5)
+    rng = random.Random(seed)
     common = ["window", "chunk", "budget", "merge", "store"]
-    rare = [f"term{i}" for i in range(200)]
+    rare = [f"term{i}" for i in range(40)]
     texts = [
-        " ".join(rng.choice(common) for _ in range(rng.randint(1, 12)))
+        " ".join(rng.choice(common) for _ in range(rng.randint(1, 8)))
         + " "
         + " ".join(rng.choice(rare) for _ in range(rng.randint(0, 3)))
-        for _ in range(3000)
+        for _ in range(rows)
     ]
     texts += ["", "the and of", "a"] * (wordless // 3)  # no word once stop words are out
     rng.shuffle(texts)
     ids = [f"id{i:05d}" for i in range(len(texts))]
-    snapshot = _index(Fingerprint("c", len(ids), None), ids, texts, [{} for _ in texts])
-    model = snapshot.model
-    assert len(snapshot.rows) == len(texts) - wordless
-    dense = snapshot.dense_columns()
-    held = np.diff(model.scores["indptr"])
-    assert dense and all(2 * held[term] >= len(snapshot.rows) for term in dense)
-    assert any(2 * count < len(snapshot.rows) for count in held)  # sparse terms are queried too
-    for _ in range(50):
-        words = rng.sample(common, 2) + rng.sample(rare, 2) + [rng.choice(common)]  # a repeat
-        terms = model.get_tokens_ids(_tokenize([" ".join(rng.sample(words, len(words)))])[0])
-        expected = np.zeros(len(ids), dtype=np.float32)
-        expected[snapshot.rows] = model.get_scores_from_ids(terms)
-        assert np.array_equal(_scores(snapshot, terms), expected)
+    return _index(Fingerprint("c", len(ids), None), ids, texts, [{} for _ in texts], None), texts
 
 
-@settings(max_examples=300, deadline=None)
+@pytest.mark.parametrize("wordless", [0, 300], ids=["every-row-has-words", "some-rows-have-none"])
+def test_scores_are_lucene_s_bm25_at_each_row(wordless: int) -> None:
+    """Each row's score is BM25 (k1 1.2, b 0.75, Lucene's idf) of its stems, at its own row,
+    where rows with no word are not in the engine; a repeated query word counts twice."""
+    import math
+
+    from window_retriever._keyword import _stems
+
+    snapshot, texts = _random_snapshot(5, 2000, wordless)
+    stems = {i: _stems(text) for i, text in enumerate(texts) if _stems(text)}
+    assert snapshot.engine.searcher.num_docs == len(texts) - wordless == len(stems)
+    average = sum(map(len, stems.values())) / len(stems)
+    for query in (["window"], ["term3", "merg"], ["chunk", "term7", "chunk"]):
+        expected: dict[int, float] = {}
+        for row, words in stems.items():
+            score = 0.0
+            for word in query:
+                held = sum(word in w for w in stems.values())
+                tf = words.count(word)
+                if tf:
+                    idf = math.log(1 + (len(stems) - held + 0.5) / (held + 0.5))
+                    norm = 1.2 * (1 - 0.75 + 0.75 * len(words) / average)
+                    score += idf * 2.2 * tf / (tf + norm)
+            if score:
+                expected[row] = score
+        found = dict(snapshot.engine.top(query, len(texts), None))
+        assert found.keys() == expected.keys()
+        assert all(math.isclose(found[row], expected[row], rel_tol=1e-5) for row in found)
+
+
+@settings(max_examples=60, deadline=None)
 @given(
-    st.integers(0, 3000),  # rows
-    st.sampled_from([1, 6, 1000, 10**6]),  # distinct scores: many ties ... hardly any
-    st.floats(0, 1),  # the share of rows that hold no query word (score 0)
-    st.integers(1, 40),  # k
     st.integers(0, 2**32 - 1),  # seed
+    st.sampled_from([0.0, 0.002, 0.05, 0.5, 1.0]),  # the share of rows the filter passes
+    st.integers(1, 40),  # k
+    st.booleans(),  # the filter searched within its rows, or hits over-fetched and kept
 )
-def test_the_rows_kept_for_sorting_hold_the_whole_ranking_s_head(
-    rows: int, top: int, zeros: float, k: int, seed: int
+def test_the_top_k_under_any_filter_are_the_head_of_the_whole_ranking(
+    seed: int, share: float, k: int, within: bool
 ) -> None:
-    """A sample's bound keeps every row at or above the k-th score: the head comes out whole."""
+    """Both ways of a filtered search give the head of the whole ranking, ties by row."""
     import numpy as np
 
-    from window_retriever._keyword import _at_least_kth
+    import window_retriever._keyword as keyword
 
-    generator = np.random.default_rng(seed)
-    scores = (generator.integers(1, top + 1, rows) / 4).astype(np.float32)
-    scores[generator.random(rows) < zeros] = 0
-    order = np.arange(rows)
-    ranking = [int(row) for row in order[np.lexsort((order, -scores))] if scores[row] > 0]
-    kept = _at_least_kth(scores, k)
-    assert all(scores[kept] > 0)
-    head = kept[np.lexsort((kept, -scores[kept]))][:k].tolist()
-    assert head == ranking[:k]
+    snapshot, texts = _random_snapshot(seed % 1000, 3000)
+    mask = np.random.default_rng(seed).random(len(texts)) < share
+    whole = snapshot.engine.top(["window", "term1"], len(texts), None)
+    assert whole == sorted(whole, key=lambda hit: (-hit[1], hit[0]))
+    expected = [hit for hit in whole if mask[hit[0]]][:k]
+    previous = keyword._SMALL_FILTER
+    keyword._SMALL_FILTER = len(texts) if within else 0
+    try:
+        assert snapshot.engine.top(["window", "term1"], k, mask) == expected
+        assert snapshot.engine.top(["window", "term1"], k, None) == whole[:k]
+    finally:
+        keyword._SMALL_FILTER = previous
 
 
 @settings(max_examples=300, deadline=None)
@@ -606,12 +621,24 @@ def test_the_rows_kept_for_sorting_hold_the_whole_ranking_s_head(
         max_size=12,
     )
 )
-def test_a_query_is_tokenised_as_bm25s_tokenises_it(parts: list[str]) -> None:
-    """The query's own tokenizer gives ``bm25s.tokenize``'s words, in order, repeats kept."""
-    from window_retriever._keyword import _query_words, _tokenize
+def test_text_is_tokenised_as_bm25s_tokenised_it(parts: list[str]) -> None:
+    """The words are those the index had under ``bm25s.tokenize``, in order, repeats kept."""
+    import bm25s
+    import Stemmer
+
+    from window_retriever._keyword import _stems
 
     query = " ".join(parts)
-    assert _query_words(query) == _tokenize([query])[0]
+    expected = bm25s.tokenize(
+        [query],
+        lower=True,
+        token_pattern=r"(?u)\b\w\w+\b",
+        stopwords="en",
+        stemmer=Stemmer.Stemmer("english"),
+        return_ids=False,
+        show_progress=False,
+    )[0]
+    assert _stems(query) == expected
 
 
 # ---- the protocol, implemented without Chroma -----------------------------------------------
