@@ -849,7 +849,7 @@ class _Engine:
         passing = None if mask is None else int(np.count_nonzero(mask))
         if passing == 0:
             return []
-        if passing is not None and passing <= _SMALL_FILTER:
+        if mask is not None and passing is not None and passing <= _SMALL_FILTER:
             rows = tantivy.Query.term_set_query(schema, "row", np.flatnonzero(mask).tolist())
             within = tantivy.Query.const_score_query(rows, 0.0)  # adds nothing to the score
             query = tantivy.Query.boolean_query(

@@ -63,7 +63,7 @@ SCRIPT = textwrap.dedent(
     """
 )
 
-HEAVY = {"bm25s", "chromadb", "langchain_chroma", "matplotlib", "onnxruntime", "tokenizers"}
+HEAVY = {"chromadb", "langchain_chroma", "matplotlib", "onnxruntime", "tantivy", "tokenizers"}
 """Third-party packages a retriever over a given store never needs."""
 LATER = {
     "window_retriever._cli",
@@ -111,6 +111,6 @@ def test_a_retriever_loads_no_store_client_nor_later_modules(
     assert loaded[step] & LATER == set()
 
 
-def test_bm25s_loads_at_the_first_keyword_search(loaded: dict[str, set[str]]) -> None:
-    assert "bm25s" not in packages(loaded["keyword module"])
-    assert "bm25s" in packages(loaded["keyword search"])  # the probe does see it
+def test_tantivy_loads_at_the_first_keyword_search(loaded: dict[str, set[str]]) -> None:
+    assert "tantivy" not in packages(loaded["keyword module"])
+    assert "tantivy" in packages(loaded["keyword search"])  # the probe does see it

@@ -610,6 +610,39 @@ def test_the_top_k_under_any_filter_are_the_head_of_the_whole_ranking(
         keyword._SMALL_FILTER = previous
 
 
+@pytest.mark.parametrize("k", [1, 9, 30])
+def test_equal_scores_past_the_fetch_limit_are_still_ordered_by_row(k: int) -> None:
+    """A filtered search that over-fetches keeps fetching while the k-th score ties the last
+    one fetched: rows written in reverse (tantivy breaks ties by its own document order) must
+    still come back lowest row first."""
+    import numpy as np
+
+    import window_retriever._keyword as keyword
+
+    tantivy = keyword._tantivy()
+    index = tantivy.Index(keyword._Engine.schema())
+    writer = index.writer(keyword._WRITER_HEAP, 1)
+    rows = 600
+    for row in reversed(range(rows)):
+        document = tantivy.Document()
+        document.add_text("words", "same word")
+        document.add_unsigned("row", row)
+        writer.add_document(document)
+    writer.commit()
+    engine = keyword._Engine(index)
+    mask = np.ones(rows, dtype=bool)
+    mask[[3, 4]] = False  # a filter, over-fetched (not searched within its rows)
+    previous = keyword._SMALL_FILTER
+    keyword._SMALL_FILTER = 0
+    try:
+        hits = engine.top(["same"], k, mask)
+    finally:
+        keyword._SMALL_FILTER = previous
+    expected = [row for row in range(rows) if mask[row]][:k]
+    assert [row for row, _ in hits] == expected
+    assert len({score for _, score in hits}) == 1
+
+
 @settings(max_examples=300, deadline=None)
 @given(
     st.lists(
@@ -632,7 +665,7 @@ def test_text_is_tokenised_as_bm25s_tokenised_it(parts: list[str]) -> None:
     expected = bm25s.tokenize(
         [query],
         lower=True,
-        token_pattern=r"(?u)\b\w\w+\b",
+        token_pattern=r"(?u)\b\w\w+\b",  # noqa: S106 - a pattern, not a password
         stopwords="en",
         stemmer=Stemmer.Stemmer("english"),
         return_ids=False,

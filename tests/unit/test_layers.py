@@ -69,7 +69,7 @@ STORE_CLIENTS = {
     # the third-party packages only the store layer may import, and who imports them today
     "chromadb": {"_chroma", "_chroma_errors", "_open"},
     "langchain_chroma": {"_open", "_stores"},
-    "bm25s": {"_keyword"},
+    "tantivy": {"_keyword"},
 }
 
 
