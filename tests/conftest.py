@@ -5,16 +5,34 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import os
 import time
 import uuid
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import chromadb
 import pytest
 from langchain_chroma import Chroma
 from langchain_core.embeddings import DeterministicFakeEmbedding, Embeddings
+
+
+@pytest.fixture(scope="session", autouse=True)
+def keyword_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """This test run's own machine cache (indexes of stores on a server), not the user's.
+
+    Set in the environment, so the processes a test starts use it too.
+    """
+    folder = tmp_path_factory.mktemp("cache")
+    previous = os.environ.get("WINDOW_RETRIEVER_CACHE")
+    os.environ["WINDOW_RETRIEVER_CACHE"] = str(folder)
+    yield folder
+    if previous is None:
+        del os.environ["WINDOW_RETRIEVER_CACHE"]
+    else:
+        os.environ["WINDOW_RETRIEVER_CACHE"] = previous
 
 
 @pytest.fixture(scope="session")

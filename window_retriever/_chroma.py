@@ -415,17 +415,20 @@ class ChromaKeywordSource:
         return (location, tenant, database, self.name)
 
     @property
-    def persist_directory(self) -> Path | None:
-        """An embedded store's persist directory; None on a server or in memory."""
-        try:
-            settings = self._client.get_settings()
-            if settings.chroma_api_impl == "chromadb.api.fastapi.FastAPI":
-                return None
-            if not (settings.is_persistent and settings.persist_directory):
-                return None
-        except Exception:
-            return None
-        return Path(settings.persist_directory)
+    def index_directory(self) -> Path | None:
+        """Where the keyword indexes of this store's collections are saved; None in memory.
+
+        Beside an embedded store, or in this machine's cache for a store on a server (one
+        folder per server, tenant and database: ``window_retriever._keyword.server_cache``).
+        """
+        from window_retriever._keyword import FOLDER, server_cache
+
+        location, tenant, database, _ = self.key
+        if location.startswith("server:"):
+            return server_cache(location.removeprefix("server:"), tenant, database)
+        if location.startswith("path:"):
+            return Path(location.removeprefix("path:")) / FOLDER
+        return None
 
     def fingerprint(self) -> Fingerprint:
         """``get_collection`` (its id and generation token) and ``count``."""

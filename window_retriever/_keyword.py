@@ -92,9 +92,11 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import hashlib
 import itertools
 import logging
 import math
+import os
 import re
 import shutil
 import threading
@@ -127,6 +129,9 @@ server). Only a writer that bypasses this library is seen by its count."""
 
 FOLDER = "window_retriever_keyword"
 """The folder under an embedded store's persist directory that holds the saved indexes."""
+
+CACHE_VARIABLE = "WINDOW_RETRIEVER_CACHE"
+"""The environment variable naming this machine's cache folder (see :func:`cache_directory`)."""
 
 PAGE_SIZE = 5000
 """Records read per ``get`` while building (Chroma caps a batch at 5,461 on this machine)."""
@@ -175,11 +180,13 @@ class KeywordSource(Protocol):
         """Which collection: equal keys share one index in a process (where, tenant, name)."""
 
     @property
-    def persist_directory(self) -> Path | None:
-        """The embedded store's own directory, beside which the index is saved; else None.
+    def index_directory(self) -> Path | None:
+        """The folder where the indexes of this store's collections are saved, or None.
 
-        None for a store on a server (each process builds its own, from the collection) and
-        for a store in memory (nothing outlives the process).
+        Beside an embedded store (``<persist_directory>/window_retriever_keyword``); for a
+        store on a server, this machine's cache folder of that server, tenant and database
+        (:func:`server_cache`), shared by every process on the machine; None for a store in
+        memory (nothing outlives the process).
         """
 
     def fingerprint(self) -> Fingerprint:
@@ -287,9 +294,8 @@ class KeywordIndex:
         _check_interval(check_interval)
         self._source = source
         self.check_interval = float(check_interval)
-        persist_directory = source.persist_directory
-        self.directory = None if persist_directory is None else persist_directory / FOLDER
-        """Where this index is saved (embedded stores), or None (servers, in-memory stores)."""
+        self.directory = source.index_directory
+        """Where this index is saved (one folder per collection id under it), or None."""
         self.builds = 0
         """How many times this index was built from the collection's documents."""
         self.loads = 0
@@ -756,6 +762,29 @@ def _held(
         if row is not None:
             found[chunk_id] = (int(lengths[row]), metadatas[row])
     return found
+
+
+def cache_directory() -> Path:
+    """This machine's cache folder: where the indexes of collections on a server are saved.
+
+    ``$WINDOW_RETRIEVER_CACHE`` if set, else ``$XDG_CACHE_HOME/window_retriever``, else
+    ``~/.cache/window_retriever``. Deleting it is safe: each index is rebuilt when next used.
+    """
+    configured = os.environ.get(CACHE_VARIABLE)
+    if configured:
+        return Path(configured).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "window_retriever"
+
+
+def server_cache(server: str, tenant: str, database: str) -> Path:
+    """The cache folder of one server's tenant and database (a hash of the three: no secrets).
+
+    Every process on this machine that reaches the same server, tenant and database saves and
+    loads its indexes there (one folder per collection id under it).
+    """
+    digest = hashlib.sha256("\0".join((server, tenant, database)).encode()).hexdigest()[:20]
+    return cache_directory() / "keyword" / digest
 
 
 def _check_interval(value: float) -> None:

@@ -33,14 +33,16 @@ FILLER = [
 OPTION = "Set max_retries on the adapter to retry failed connections a few times."
 
 OPEN = """
-import json, sys
+import json, os, sys
+config = json.loads(sys.argv[1])
+if "cache" in config:  # this "machine"'s cache folder
+    os.environ["WINDOW_RETRIEVER_CACHE"] = config["cache"]
 import chromadb
 from langchain_chroma import Chroma
 from langchain_core.documents import Document
 from langchain_core.embeddings import DeterministicFakeEmbedding
 from window_retriever._chroma import ChromaKeywordSource, keyword_index
 from window_retriever._keyword import KeywordIndex
-config = json.loads(sys.argv[1])
 if "host" in config:
     client = chromadb.HttpClient(host=config["host"], port=config["port"])
 else:
@@ -153,15 +155,29 @@ def get(self, *args, **kwargs):
     return original(self, *args, **kwargs)
 Collection.get = get
 index = keyword_index(store)
+import logging
+logged = []
+handler = logging.Handler()
+handler.emit = lambda record: logged.append(record.getMessage())
+logging.getLogger("window_retriever").addHandler(handler)
+logging.getLogger("window_retriever").setLevel(logging.DEBUG)
 hits = index.search(config["query"], k=3)
-print(json.dumps({"builds": index.builds, "loads": index.loads, "reads": reads, "hits": hits}))
+print(json.dumps({"builds": index.builds, "loads": index.loads, "reads": reads, "hits": hits,
+                  "logged": logged}))
 """
 
 
+@pytest.mark.parametrize("where", ["disk", "server"])
 def test_a_new_process_loads_the_saved_index_and_rebuilds_it_after_a_change(
-    tmp_path: Path,
+    tmp_path: Path, where: str, request: pytest.FixtureRequest
 ) -> None:
-    config: dict[str, Any] = {"path": str(tmp_path), "name": "docs", "query": "max_retries"}
+    """Beside a store on disk, or in this machine's cache for a store on a server."""
+    config: dict[str, Any] = {"name": unique("docs"), "query": "max_retries"}
+    if where == "disk":
+        config["path"] = str(tmp_path / "store")
+    else:
+        address = urlsplit(request.getfixturevalue("chroma_server"))
+        config.update(host=address.hostname, port=address.port, cache=str(tmp_path / "one"))
     run(
         """
         store.add_documents([Document(page_content=t, id=f"doc:{i}")
@@ -192,6 +208,16 @@ def test_a_new_process_loads_the_saved_index_and_rebuilds_it_after_a_change(
 
     assert (third["builds"], third["loads"], third["reads"]) == (1, 0, 1)
     assert {hit[0] for hit in third["hits"]} == {"doc:4", "doc:7"}
+    if where == "server":
+        saved = list((tmp_path / "one" / "keyword").glob("*/*/state.json"))
+        assert len(saved) == 1, saved  # one server, tenant and database; one collection id
+        # Another machine (its own cache folder) builds once, then loads its own copy.
+        other = {**config, "cache": str(tmp_path / "two")}
+        first_there = run(SEARCH, other)
+        assert [first_there[key] for key in ("builds", "loads")] == [1, 0], first_there
+        again = run(SEARCH, other)
+        assert [again[key] for key in ("builds", "loads")] == [0, 1]
+        assert again["hits"] == third["hits"]
 
 
 HALF_LOADED = """

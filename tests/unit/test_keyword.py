@@ -690,7 +690,7 @@ class ListSource:
         return ("list", str(id(self)))
 
     @property
-    def persist_directory(self) -> Path | None:
+    def index_directory(self) -> Path | None:
         return None
 
     def fingerprint(self) -> Fingerprint:
@@ -879,7 +879,7 @@ class ChurningSource(ListSource):
         self.reads = 0
 
     @property
-    def persist_directory(self) -> Path | None:
+    def index_directory(self) -> Path | None:
         return self.directory
 
     def pages(self, size: int) -> Iterator[tuple[list[str], list[str], list[Mapping[str, Any]]]]:
@@ -906,3 +906,26 @@ def test_a_build_the_collection_changed_under_three_times_is_kept_changed_not_sa
     clock.now += 2
     index.search("redirects", k=3)  # the next check rebuilds (the source churns on)
     assert source.reads > 3
+
+
+def test_the_machine_cache_is_the_variable_then_xdg_then_home(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from window_retriever._keyword import CACHE_VARIABLE, cache_directory, server_cache
+
+    monkeypatch.setenv(CACHE_VARIABLE, str(tmp_path / "mine"))
+    assert cache_directory() == tmp_path / "mine"
+    monkeypatch.delenv(CACHE_VARIABLE)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert cache_directory() == tmp_path / "xdg" / "window_retriever"
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert cache_directory() == tmp_path / "home" / ".cache" / "window_retriever"
+    one = server_cache("http://127.0.0.1:8000", "default_tenant", "default_database")
+    assert one.parent == cache_directory() / "keyword"
+    others = {
+        server_cache("http://127.0.0.1:8001", "default_tenant", "default_database"),
+        server_cache("http://127.0.0.1:8000", "acme", "default_database"),
+        server_cache("http://127.0.0.1:8000", "default_tenant", "other"),
+    }
+    assert one not in others and len(others) == 3
