@@ -1,41 +1,44 @@
 """A BM25 keyword index over exactly the chunks of a Chroma collection, kept in sync with it.
 
 Dense vectors miss exact terms (option names, commands, error codes); BM25 finds them. Chroma
-1.5 offers keyword ranking only in Chroma Cloud (its ``Search`` API raises "Search is not
+1.x offers keyword ranking only in Chroma Cloud (its ``Search`` API raises "Search is not
 implemented for Local Chroma" on the embedded client and the single-node server), so this
-module ranks with ``bm25s`` (numpy only) beside the store, never as a separate service:
+module ranks with tantivy (tantivy-py: Lucene's BM25, k1 1.2, b 0.75) beside the store; Chroma
+stays the source of truth:
 
 - it reaches the collection only through a :class:`KeywordSource` (fingerprint, generation
   token, pages of records, ids a filter passes, where to save); the Chroma adapter implements
   it (``window_retriever._chroma.ChromaKeywordSource``), and this module imports no Chroma;
 - one shared :class:`KeywordIndex` per collection per process (:meth:`KeywordIndex.for_source`);
-- built from the collection's own documents, read in pages (English stop words, the Snowball
-  English stemmer, ``bm25s``' default Lucene BM25 with ``k1=1.5``, ``b=0.75``), keeping each
-  chunk's metadata and text length (:meth:`KeywordIndex.indexed`: adaptive selection chooses
-  by them before it reads, see ``_strategies.Adaptive``);
-- beside an embedded store, saved under ``<persist_directory>/window_retriever_keyword/
-  <collection id>/`` (written in a temporary folder, then renamed into place) so that a new
-  process loads it instead of rebuilding when the collection has not changed; on a Chroma
-  server each process builds its own from the collection, so every process and machine ranks
-  the same chunks the same way.
+- built from the collection's own documents, read in pages: lower-cased words of two
+  characters or more, Lucene's English stop words out, Snowball English stems in (the
+  tokenisation this index has always had), each row's stems indexed by tantivy's whitespace
+  tokenizer, and each chunk's metadata and text length kept beside it
+  (:meth:`KeywordIndex.indexed`: adaptive selection chooses by them before it reads, see
+  ``_strategies.Adaptive``);
+- saved (written in a temporary folder, then renamed into place) so that a new process loads
+  it instead of rebuilding while the collection has not changed: beside an embedded store
+  under ``<persist_directory>/window_retriever_keyword/<collection id>/``, and for a store on a
+  server in this machine's cache (:func:`cache_directory`), one folder per server, tenant and
+  database, shared by every process on the machine.
+
+Why tantivy, and what it costs at 10k, 100k and 1M chunks against ``bm25s`` and SQLite FTS5:
+docs/benchmarks.md ("Keyword engines side by side").
 
 How the index learns that the collection changed
 -------------------------------------------------
-A *fingerprint* of the collection is three values read in two calls (on Chroma
-``get_collection`` and ``count``): the collection's id (a deleted and re-created collection
-gets a new one), its number of records, and a *generation* token kept in the collection's
-metadata under :data:`GENERATION_KEY`. Every write operation of this library
+A *fingerprint* of the collection is three values: the collection's id (a deleted and
+re-created collection gets a new one), its number of records, and a *generation* token kept in
+the collection's metadata under :data:`GENERATION_KEY`. Every write operation of this library
 (``add_chunks``, ``sync_file``, ``remove_file``, ``prune_missing``, ``ingest``) ends by
 telling its store (``WindowStore.written``, in a ``finally``); the Chroma adapter then calls
 :meth:`KeywordIndex.invalidate`, once per operation and only if it wrote. That stores a new
 random token (so every process sees a change, even an in-place re-ingest that keeps the
 count) and makes this process's index check at its next search. A search checks the
 collection at most every ``check_interval`` seconds (default :data:`DEFAULT_CHECK_INTERVAL`)
-and rebuilds when it changed. A check reads the id and token alone (one call: 0.4 ms at 100k
-chunks embedded, 1.7 ms on a server); the count is a scan of the collection (10 ms there, on
-the search that checks: every search of a process that searches less than once a second), so
-it is read only once every :data:`COUNT_EVERY` intervals, after this process's own writes
-and by :meth:`KeywordIndex.refresh`. So:
+and rebuilds when it changed. Most checks read the id and token alone (one cheap call); the
+count is a scan of the collection, so it is read only once every :data:`COUNT_EVERY`
+intervals, after this process's own writes and by :meth:`KeywordIndex.refresh`. So:
 
 - in the process that wrote: the next search sees the write (no staleness; a check another
   thread began before the write does not count for it);
@@ -58,10 +61,12 @@ the rows it passes, the last :data:`_PASSING_KEPT` filters kept); a filter it ca
 any ``where_document`` (Chroma's ``$contains`` / ``$regex`` are case-sensitive and its regex
 dialect is Rust's), is given to Chroma itself, which returns the ids that pass
 (:meth:`KeywordSource.allowed_ids`, on Chroma ``get(include=[])``); the index masks the rest.
-The same mask gives a filtered vector search its ids (:meth:`KeywordIndex.passing`): Chroma
-searches a list of ids three to six times faster than it applies its own ``where``.
-``bm25s``' own ``weight_mask`` is not used: it zeroes masked scores but ``retrieve`` still
-returns zero-scored rows to fill ``k``.
+The engine then searches within the rows of a mask that passes few (a set of rows), or
+fetches more hits than asked and keeps the passing ones, until no row past the last one
+fetched could tie or beat the k-th: either way the answer is the head of the whole ranking
+restricted to the filter. The same mask gives a filtered vector search its ids
+(:meth:`KeywordIndex.passing`): Chroma searches a list of ids faster than it applies its own
+``where``.
 
 A chunk deleted by another process can come back from a stale index for at most the bound
 above; the retriever fetches every candidate by id afterwards, so such an id finds nothing.
@@ -71,21 +76,8 @@ corrected by :meth:`KeywordIndex.correct`), never an old text or a hidden chunk;
 chunk not chosen can only change which neighbours a window takes. After a write that keeps the
 count and bypasses this library, that lasts until the next :meth:`KeywordIndex.invalidate`.
 
-Cost (measured 2026-12-01, 2 shared cores, synthetic 400-character chunks)
--------------------------------------------------------------------------
-| | 10k embedded | 10k server | 100k embedded | 100k server |
-|---|---|---|---|---|
-| build (read, tokenise, index) | 2.3 s | 4.0 s | 36 s | 23 s |
-| load the saved index | 0.03 s | - | 0.24 s | - |
-| fingerprint check (id, token and count) | 1.7 ms | 8.6 ms | 11 ms | 10 ms |
-| check of the id and token alone (2026-12-02) | - | - | 0.4 ms | 1.7 ms |
-| query k=40, no filter (p50) | 0.3 ms | 0.4 ms | 0.9 ms | 1.3 ms |
-| ``invalidate`` | 18 ms | 16 ms | 15 ms | 8 ms |
-Building is linear: about a third each reading from Chroma, tokenising and ``bm25s.index``.
-A filter the index decides (2026-12-02, 20k and 100k chunks, one in 5,000 passed): 6 and 18 ms
-at its first use (the mask: every chunk's metadata), then 0.14 and 0.38 ms a query, no more
-than without it (0.16 and 0.46 ms).
-Memory: about 140-320 MB at 100k (ids, metadata, the sparse matrix); saved: 51 MB at 100k.
+A saved index that cannot be read, or whose engine fails at a search (a damaged or truncated
+file), is dropped and rebuilt from the collection, never served.
 """
 
 from __future__ import annotations
@@ -122,10 +114,10 @@ DEFAULT_CHECK_INTERVAL = 1.0
 """Seconds between two checks of one index's collection: the staleness bound across processes."""
 
 COUNT_EVERY = 30
-"""A check reads the collection's record count (a scan: 10 ms at 100k chunks, embedded or on a
-server) only once this many ``check_interval`` s have passed since it last read it; the other
-checks read the collection's id and generation token alone (0.4 ms embedded, 1.7 ms on a
-server). Only a writer that bypasses this library is seen by its count."""
+"""A check reads the collection's record count (a scan of the collection) only once this many
+``check_interval`` s have passed since it last read it; the other checks read the collection's
+id and generation token alone (one cheap call; costs in docs/benchmarks.md). Only a writer that
+bypasses this library is seen by its count."""
 
 FOLDER = "window_retriever_keyword"
 """The folder under an embedded store's persist directory that holds the saved indexes."""
@@ -455,8 +447,8 @@ class KeywordIndex:
         For a filtered vector search by ids (``ChromaWindowStore.search_ids``): Chroma's
         ``ids=`` costs a third to a sixth of its ``where`` over the same chunks, for the same
         hits. Kept per filter (the last :data:`_PASSING_KEPT`); the first time a filter is
-        seen, every chunk's metadata is read (6 to 15 ms at 20k chunks, 18 to 36 ms at 100k:
-        still less than Chroma's ``where``).
+        seen, every chunk's metadata is read (still less than Chroma's ``where``: see
+        docs/benchmarks.md).
 
         As current as the index (the module docstring): a chunk a bare write moved into the
         filter is missed until the next invalidation, one it moved out is still listed until
