@@ -94,6 +94,7 @@ import shutil
 import threading
 import time
 import uuid
+import zlib
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -974,6 +975,7 @@ def _saved(
         )
         state = {"format": FORMAT, "tokenizer": _TOKENIZER, "engine": _ENGINE, "indexed": indexed}
         state["fingerprint"] = fingerprint.as_json()
+        state["files"] = _checksums(temporary)
         (temporary / "state.json").write_bytes(orjson.dumps(state))  # last: marks it complete
         with contextlib.suppress(FileNotFoundError):
             target.rename(old)
@@ -1000,6 +1002,9 @@ def _load(target: Path, fingerprint: Fingerprint) -> _Snapshot | None:
             return None
         if state.get("fingerprint") != fingerprint.as_json():
             return None
+        if state.get("files") != _checksums(target):
+            logger.warning("the saved keyword index at %s is damaged; it is rebuilt", target)
+            return None
         saved = orjson.loads((target / "rows.json").read_bytes())
         lengths = np.array(saved["lengths"], dtype=np.int32)
         if len(lengths) != len(saved["ids"]) or len(saved["metadatas"]) != len(lengths):
@@ -1017,3 +1022,18 @@ def _load(target: Path, fingerprint: Fingerprint) -> _Snapshot | None:
     snapshot = _Snapshot(fingerprint, saved["ids"], saved["metadatas"], engine, lengths)
     snapshot.row_index()  # as in ``_index``
     return snapshot
+
+
+def _checksums(folder: Path) -> dict[str, list[int]]:
+    """Each saved file's size and CRC-32 (tantivy checks no checksum when it opens an index).
+
+    Every file but ``state.json`` (which holds these) and tantivy's empty lock files; a file
+    damaged, truncated, missing or added since the save gives other values.
+    """
+    found: dict[str, list[int]] = {}
+    for path in sorted(folder.iterdir()):
+        if path.name == "state.json" or path.name.endswith(".lock") or not path.is_file():
+            continue
+        data = path.read_bytes()
+        found[path.name] = [len(data), zlib.crc32(data)]
+    return found

@@ -470,6 +470,43 @@ def test_a_damaged_saved_index_is_rebuilt(tmp_path: Path, damage: str) -> None:
     assert (index.builds, index.loads) == (1, 0)
 
 
+def _damaged(path: Path, how: str) -> None:
+    """Damage one saved file as a crash or a disk would; written as a new file (a process
+    that still maps the old one must not see it change under it)."""
+    data = path.read_bytes()
+    path.unlink()
+    if how == "truncated":
+        path.write_bytes(data[: len(data) // 2])
+    elif how == "one byte changed":
+        middle = len(data) // 2
+        path.write_bytes(data[:middle] + bytes([data[middle] ^ 0xFF]) + data[middle + 1 :])
+    else:
+        assert how == "missing"
+
+
+@pytest.mark.parametrize("how", ["truncated", "one byte changed", "missing"])
+@pytest.mark.parametrize("file", [".term", ".idx", ".store", ".fast", ".fieldnorm", "meta.json"])
+def test_a_damaged_engine_file_is_rebuilt_never_served(tmp_path: Path, file: str, how: str) -> None:
+    """tantivy checks no checksum at open: a changed byte in the terms or postings could rank
+    by garbage. The saved sizes and CRC-32s catch it; the rebuild is saved whole again."""
+    store = disk_store(tmp_path)
+    store.add_documents(chunks([*FILLER, OPTION] * 5), ids=[f"doc:{i:02d}" for i in range(45)])
+    expected = keyword_index(store).search("max_retries adapter redirects", k=10)
+    KeywordIndex._shared.clear()
+    saved = tmp_path / FOLDER / str(store._collection.id)
+    (target,) = [p for p in saved.iterdir() if p.name.endswith(file) and p.stat().st_size]
+    _damaged(target, how)
+
+    index = keyword_index(store)
+
+    assert index.search("max_retries adapter redirects", k=10) == expected
+    assert (index.builds, index.loads) == (1, 0)
+    KeywordIndex._shared.clear()
+    again = keyword_index(store)
+    assert again.search("max_retries adapter redirects", k=10) == expected
+    assert (again.builds, again.loads) == (0, 1)
+
+
 FILLERS = pytest.mark.parametrize("fillers", [0, 100, 500])
 """Chunks without the query's word: with none or few, most rows score (ranked in place, the
 rest at 0); with 500, most do not (the scoring rows are gathered first). All rank alike."""
