@@ -917,9 +917,10 @@ def _index(
     tantivy = _tantivy()
     target = None if directory is None else directory / fingerprint.collection_id
     temporary = None if target is None else target.parent / f".{target.name}.tmp-{uuid.uuid4().hex}"
-    if temporary is not None:
+    if temporary is not None and target is not None:
         try:
             temporary.mkdir(parents=True)
+            _sweep(target)
         except OSError as error:
             logger.warning("the keyword index could not be saved at %s: %s", target, error)
             temporary = target = None
@@ -1022,6 +1023,23 @@ def _load(target: Path, fingerprint: Fingerprint) -> _Snapshot | None:
     snapshot = _Snapshot(fingerprint, saved["ids"], saved["metadatas"], engine, lengths)
     snapshot.row_index()  # as in ``_index``
     return snapshot
+
+
+_ABANDONED_SECONDS = 3600.0
+"""A temporary folder of a save untouched this long was left by a killed process."""
+
+
+def _sweep(target: Path) -> None:
+    """Remove the temporary folders of saves of ``target`` that a killed process left behind.
+
+    Only those untouched for :data:`_ABANDONED_SECONDS`: a build still running in another
+    process writes to its own folder as it goes.
+    """
+    now = time.time()
+    for left in target.parent.glob(f".{target.name}.*-*"):
+        with contextlib.suppress(OSError):
+            if now - left.stat().st_mtime > _ABANDONED_SECONDS:
+                shutil.rmtree(left, ignore_errors=True)
 
 
 def _checksums(folder: Path) -> dict[str, list[int]]:

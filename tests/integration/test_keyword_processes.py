@@ -287,3 +287,83 @@ def test_a_read_while_another_thread_first_imports_the_keyword_module_waits_for_
 ) -> None:
     """Found in CI: a fetch took the half-run module from ``sys.modules`` (AttributeError)."""
     assert run_script(HALF_LOADED, {"call": call}) == expected
+
+
+KILLED = """
+import os, pathlib, time
+import window_retriever._keyword as keyword
+point = config["point"]
+def hold(*args):
+    print("held", flush=True)
+    time.sleep(60)
+if point == "saving":  # the engine's files and rows.json written, state.json not yet
+    keyword._checksums = hold
+else:  # the old copy moved aside, the new one not yet in its place
+    rename = pathlib.Path.rename
+    def held_rename(self, target):
+        if ".tmp-" in self.name:
+            hold()
+        return rename(self, target)
+    pathlib.Path.rename = held_rename
+keyword_index(store).search("max_retries", k=3)
+"""
+
+
+@pytest.mark.parametrize("point", ["saving", "renaming"])
+def test_a_writer_killed_while_saving_leaves_nothing_a_reader_serves(
+    tmp_path: Path, point: str
+) -> None:
+    """kill -9 mid-save: the next process rebuilds (never loads a half-written copy) and
+    agrees with the store; a later save sweeps what the killed one left."""
+    import json
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    config: dict[str, Any] = {"path": str(tmp_path / "store"), "name": "docs", "point": point}
+    texts = [*FILLER, OPTION]
+    run(
+        """
+        store.add_documents([Document(page_content=t, id=f"doc:{i}")
+                             for i, t in enumerate(config["texts"])],
+                            ids=[f"doc:{i}" for i in range(len(config["texts"]))])
+        keyword_index(store).search("max_retries", k=3)  # an older copy is saved
+        store.add_documents([Document(page_content="Set max_retries=5.", id="doc:7")],
+                            ids=["doc:7"])
+        KeywordIndex.invalidate(ChromaKeywordSource(store))
+        """,
+        {**config, "texts": texts},
+    )
+    killed = subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(OPEN + KILLED), json.dumps(config)],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=Path(__file__).parents[2],
+    )
+    assert killed.stdout is not None
+    assert killed.stdout.readline().strip() == "held"
+    os.kill(killed.pid, signal.SIGKILL)
+    killed.wait()
+    killed.stdout.close()
+    folder = tmp_path / "store" / "window_retriever_keyword"
+    left = [p for p in folder.iterdir() if p.name.startswith(".")]
+    assert left, "the kill came before the save began"
+
+    after = run(SEARCH, {**config, "query": "max_retries"})
+
+    assert (after["builds"], after["loads"]) == (1, 0)
+    assert {hit[0] for hit in after["hits"]} == {"doc:4", "doc:7"}
+    for path in left:  # as if the kill was more than an hour ago
+        os.utime(path, (0, 0))
+    run(
+        """
+        store.add_documents([Document(page_content="max_retries again", id="doc:8")],
+                            ids=["doc:8"])
+        KeywordIndex.invalidate(ChromaKeywordSource(store))
+        keyword_index(store).search("max_retries", k=3)
+        """,
+        config,
+    )
+    assert not any(path.exists() for path in left)
+    assert [p.name for p in folder.iterdir() if p.name.startswith(".")] == []
