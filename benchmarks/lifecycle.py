@@ -65,11 +65,12 @@ retriever = ContextWindowRetriever(vectorstore=store, total_budget=2000)
 """
 
 FIRST = """
-import resource
 started = time.perf_counter()
 retriever.invoke(config["query"])
 seconds = time.perf_counter() - started
-peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+# VmHWM, not ru_maxrss: Linux keeps ru_maxrss across exec (the parent's peak at the fork)
+status = open("/proc/self/status").read().split("VmHWM:")[1]
+peak = int(status.split()[0]) / 1024
 print(json.dumps({"seconds": seconds, "peak_rss_mib": peak}))
 """
 
