@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import logging
 import os
 import sys
+import time
 import uuid
 import weakref
-from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Collection, Iterator, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
@@ -44,7 +46,20 @@ from window_retriever._protocol import (
 if TYPE_CHECKING:
     from window_retriever._keyword import Fingerprint, KeywordIndex
 
+logger = logging.getLogger(__name__)
+
 _KEYWORD_MODULE = "window_retriever._keyword"
+
+FEED_PREFIX = "window_retriever_changes-"
+"""The change feed of collection C is the collection ``window_retriever_changes-<C's id>``:
+one entry per write of this library (its new generation token, the token it follows, the ids
+it wrote), so that other processes read those records again instead of every record."""
+
+FEED_IDS = 20_000
+"""A write of more ids than this is recorded as unknown (a reader rebuilds: it reads less)."""
+
+FEED_SECONDS = 7 * 24 * 3600.0
+"""Entries older than this are deleted; a reader further behind rebuilds."""
 """Imported at the first keyword search or write: before it, no process has a keyword index."""
 
 
@@ -70,6 +85,8 @@ class ChromaWindowStore(WindowStore, AsyncWindowStore):
         self._changed = False
         """A write was tried since the last :meth:`written` (set before the write: a failed
         write may have changed the collection part-way)."""
+        self._touched: set[str] = set()
+        """The ids of the writes tried since the last :meth:`written` (for the change feed)."""
 
     # ---- reads -----------------------------------------------------------------------------
 
@@ -231,6 +248,7 @@ class ChromaWindowStore(WindowStore, AsyncWindowStore):
         if not records:
             return
         self._changed = True
+        self._touched.update(record.id for record in records)
         with store_errors(self.vectorstore):
             stored = self.get_metadata([record.id for record in records])
             exact = [_exactly(record, stored.get(record.id)) for record in records]
@@ -268,6 +286,7 @@ class ChromaWindowStore(WindowStore, AsyncWindowStore):
         """Chroma's ``update``, which merges ``metadata`` into each stored record."""
         if ids:
             self._changed = True
+            self._touched.update(ids)
             with store_errors(self.vectorstore):
                 self.vectorstore._collection.update(
                     ids=list(ids), metadatas=[dict(metadata) for _ in ids]
@@ -277,26 +296,29 @@ class ChromaWindowStore(WindowStore, AsyncWindowStore):
         """``Chroma.delete`` by ids."""
         if ids:
             self._changed = True
+            self._touched.update(ids)
             with store_errors(self.vectorstore):
                 self.vectorstore.delete(ids=list(ids))
 
     def written(self) -> None:
         """Invalidate the collection's keyword index in every process, if this adapter wrote.
 
-        One ``KeywordIndex.invalidate`` (a new generation token in the collection's metadata:
-        ``get_collection`` + ``modify``, 8-18 ms) when a write was tried since the last call;
-        nothing otherwise, so an ingest that found every file unchanged makes no process
-        rebuild its index.
+        One ``KeywordIndex.invalidate`` with the ids written since the last call (an entry in
+        the change feed and a new generation token in the collection's metadata) when a write
+        was tried since then; nothing otherwise, so an ingest that found every file unchanged
+        makes no process look again.
         """
         if not self._changed:
             return
         from window_retriever._keyword import KeywordIndex  # loaded on first use only
 
         self._changed = False  # before: a write racing this call sets it again
+        touched, self._touched = self._touched, set()
         try:
-            KeywordIndex.invalidate(self._keywords())
+            KeywordIndex.invalidate(self._keywords(), touched)
         except BaseException:
             self._changed = True
+            self._touched |= touched
             raise
 
     def get_metadata(self, ids: Sequence[str]) -> dict[str, dict[str, Any]]:
@@ -454,8 +476,17 @@ class ChromaKeywordSource:
         generation = (collection.metadata or {}).get(GENERATION_KEY)
         return str(collection.id), None if generation is None else str(generation)
 
-    def bump_generation(self) -> None:
-        """``get_collection``, then ``modify``: the metadata, a new token, no ``hnsw:space``."""
+    def bump_generation(self, changed: Collection[str] | None = None) -> None:
+        """``get_collection``, an entry in the change feed, then ``modify``: a new token.
+
+        The entry (in the collection ``window_retriever_changes-<collection id>``, see
+        :data:`FEED_PREFIX`) is the new token, the token it follows and the ids written (more
+        than :data:`FEED_IDS` are recorded as unknown: a reader rebuilds); it is written
+        before the token, so a reader that sees the token finds it. Entries older than
+        :data:`FEED_SECONDS` are deleted. If the feed cannot be written (logged), the token
+        is still stored: readers then rebuild. The metadata keeps everything but
+        ``hnsw:space`` (``modify`` refuses it; the configuration keeps it).
+        """
         from chromadb.errors import NotFoundError
 
         from window_retriever._keyword import GENERATION_KEY
@@ -466,9 +497,83 @@ class ChromaKeywordSource:
             except NotFoundError:
                 return
             metadata = dict(collection.metadata or {})
-            metadata.pop("hnsw:space", None)  # modify refuses it; the configuration keeps it
-            metadata[GENERATION_KEY] = uuid.uuid4().hex
+            token = uuid.uuid4().hex
+            self._record(collection, metadata.get(GENERATION_KEY), token, changed)
+            metadata.pop("hnsw:space", None)
+            metadata[GENERATION_KEY] = token
             collection.modify(metadata=metadata)
+
+    def _record(
+        self, collection: Any, previous: Any, token: str, changed: Collection[str] | None
+    ) -> None:
+        import orjson
+
+        written = "*" if changed is None or len(changed) > FEED_IDS else None
+        try:
+            feed = self._client.get_or_create_collection(
+                FEED_PREFIX + str(collection.id), embedding_function=None
+            )
+            now = time.time()
+            feed.add(
+                ids=[token],
+                documents=[written or orjson.dumps(sorted(changed or ())).decode()],
+                metadatas=[{"prev": "" if previous is None else str(previous), "at": now}],
+                embeddings=[[0.0]],
+            )
+            feed.delete(where={"at": {"$lt": now - FEED_SECONDS}})
+        except Exception as error:  # readers rebuild: the chain has a gap
+            logger.warning("the keyword change feed of %r was not written: %s", self.name, error)
+
+    def changes(self, since: str, until: str) -> set[str] | None:
+        """The ids the feed's entries from ``since`` to ``until`` name, or None (a gap)."""
+        import orjson
+        from chromadb.errors import NotFoundError
+
+        with store_errors(self.vectorstore):
+            collection = self._collection or self._client.get_collection(self.name)
+            try:
+                feed = self._client.get_collection(FEED_PREFIX + str(collection.id))
+            except (NotFoundError, ValueError):
+                return None
+            entries = feed.get(include=["metadatas"])
+            following: dict[str, list[str]] = {}
+            for token, metadata in zip(entries["ids"], entries["metadatas"] or [], strict=True):
+                following.setdefault(str((metadata or {}).get("prev", "")), []).append(token)
+            chain: list[str] = []
+            current = since
+            while current != until:
+                after = following.get(current, [])
+                if len(after) != 1 or len(chain) > len(entries["ids"]):
+                    return None  # pruned, never written, or two writers after one token
+                current = after[0]
+                chain.append(current)
+            if not chain:
+                return set()
+            found = feed.get(ids=chain, include=["documents"])
+        changed: set[str] = set()
+        for text in found["documents"] or []:
+            if not text or text == "*":
+                return None
+            changed.update(orjson.loads(text))
+        return changed if len(found["ids"]) == len(chain) else None
+
+    def records(self, ids: Sequence[str]) -> tuple[list[str], list[str], list[Mapping[str, Any]]]:
+        """``get`` by ids (documents and metadatas), from the collection the last check found."""
+        from window_retriever._keyword import PAGE_SIZE
+
+        found_ids: list[str] = []
+        documents: list[str] = []
+        metadatas: list[Mapping[str, Any]] = []
+        with store_errors(self.vectorstore):
+            collection = self._collection or self._client.get_collection(self.name)
+            for start in range(0, len(ids), PAGE_SIZE):
+                page = collection.get(
+                    ids=list(ids[start : start + PAGE_SIZE]), include=["documents", "metadatas"]
+                )
+                found_ids += page["ids"]
+                documents += [text or "" for text in page["documents"] or [""] * len(page["ids"])]
+                metadatas += [m or {} for m in page["metadatas"] or [{}] * len(page["ids"])]
+        return found_ids, documents, metadatas
 
     def pages(self, size: int) -> Iterator[tuple[list[str], list[str], list[Mapping[str, Any]]]]:
         """``get`` of documents and metadatas, a page at a time, from the collection last found."""
@@ -511,16 +616,17 @@ class ChromaKeywordSource:
         return allowed
 
 
-def invalidate_keywords(vectorstore: Any) -> None:
+def invalidate_keywords(vectorstore: Any, ids: Collection[str] | None = None) -> None:
     """Tell every process's keyword index of this store's collection that it was written to.
 
     For a writer outside the library (a bare ``add_documents``, ``delete`` or
-    ``collection.update``): call it once after writing. The library's own writes do it
-    themselves (:meth:`ChromaWindowStore.written`).
+    ``collection.update``): call it once after writing, with the ids written (added, changed
+    or deleted) if you know them, so that other processes read those records again instead of
+    every record. The library's own writes do it themselves (:meth:`ChromaWindowStore.written`).
     """
     from window_retriever._keyword import KeywordIndex
 
-    KeywordIndex.invalidate(ChromaKeywordSource(vectorstore))
+    KeywordIndex.invalidate(ChromaKeywordSource(vectorstore), ids)
 
 
 def keyword_index(vectorstore: Any, *, check_interval: float | None = None) -> KeywordIndex:

@@ -32,18 +32,26 @@ re-created collection gets a new one), its number of records, and a *generation*
 the collection's metadata under :data:`GENERATION_KEY`. Every write operation of this library
 (``add_chunks``, ``sync_file``, ``remove_file``, ``prune_missing``, ``ingest``) ends by
 telling its store (``WindowStore.written``, in a ``finally``); the Chroma adapter then calls
-:meth:`KeywordIndex.invalidate`, once per operation and only if it wrote. That stores a new
-random token (so every process sees a change, even an in-place re-ingest that keeps the
-count) and makes this process's index check at its next search. A search checks the
-collection at most every ``check_interval`` seconds (default :data:`DEFAULT_CHECK_INTERVAL`)
-and rebuilds when it changed. Most checks read the id and token alone (one cheap call); the
+:meth:`KeywordIndex.invalidate` with the ids it wrote, once per operation and only if it
+wrote. That records the ids in the collection's *change feed* under a new random token, then
+stores the token (so every process sees a change, even an in-place re-ingest that keeps the
+count), and makes this process's index check at its next search. A search checks the
+collection at most every ``check_interval`` seconds (default :data:`DEFAULT_CHECK_INTERVAL`).
+When the token changed, the index *catches up*: it follows the feed from its own token to
+the collection's (:meth:`KeywordSource.changes`), reads those records again, and re-indexes
+the words it keeps for every other row with theirs, so it ranks exactly as a build would,
+without reading or tokenising the rest; a new process does the same from the saved copy.
+It rebuilds from every record instead when the feed cannot say what changed (an entry pruned
+or never written, two writers after one token, a write told without its ids), when more than
+a quarter of the rows changed, and when the result does not hold as many records as the
+collection (a writer that bypassed the library). Most checks read the id and token alone (one cheap call); the
 count is a scan of the collection, so it is read only once every :data:`COUNT_EVERY`
 intervals, after this process's own writes and by :meth:`KeywordIndex.refresh`. So:
 
 - in the process that wrote: the next search sees the write (no staleness; a check another
   thread began before the write does not count for it);
 - in any other process or machine: a write finished at time *t* is seen by every search that
-  starts after *t* + ``check_interval`` (that search also pays the rebuild);
+  starts after *t* + ``check_interval`` (that search also pays the catch-up or rebuild);
 - a writer that bypasses this library (a bare ``add_documents``) is seen when it changes the
   count, within ``COUNT_EVERY * check_interval`` (30 s by default; at once by a
   :meth:`KeywordIndex.refresh`); one that only rewrites a chunk's text or metadata in place,
@@ -96,7 +104,7 @@ import time
 import uuid
 import zlib
 from collections import OrderedDict
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Protocol
@@ -136,6 +144,8 @@ each chunk's length)."""
 _TOKENIZER = {"stopwords": "en", "stemmer": "english", "lower": True, "pattern": r"(?u)\b\w\w+\b"}
 _ENGINE = {"name": "tantivy", "version": "0.27", "k1": 1.2, "b": 0.75}
 _MASKS_KEPT = 16
+_CATCH_UP_ROWS = 1000
+"""A catch-up that reads at most this many records (or a quarter of the rows) goes ahead."""
 _PASSING_KEPT = 64
 _DISTRUST_SECONDS = 60.0
 _READ_KEPT = 65_536
@@ -195,11 +205,25 @@ class KeywordSource(Protocol):
         call; it need not change what :meth:`pages` reads.
         """
 
-    def bump_generation(self) -> None:
+    def bump_generation(self, changed: Collection[str] | None = None) -> None:
         """Store a new random generation token, keeping everything else about the collection.
 
+        ``changed``: the ids the write touched (added, rewritten or deleted), recorded in the
+        collection's change feed under the new token, so that :meth:`changes` can tell other
+        processes what to read again; None when they are not known (readers then rebuild).
         A collection that no longer exists is left alone (nothing is raised).
         """
+
+    def changes(self, since: str, until: str) -> set[str] | None:
+        """The ids written from generation ``since`` to ``until``, as the change feed holds them.
+
+        None when the feed cannot say for sure: an entry missing (pruned, or a write whose
+        entry failed), two writes that followed the same token (concurrent writers), or a
+        write recorded without its ids. The index then rebuilds from every record.
+        """
+
+    def records(self, ids: Sequence[str]) -> tuple[list[str], list[str], list[Mapping[str, Any]]]:
+        """``(ids, documents, metadatas)`` of those of ``ids`` that are stored now."""
 
     def pages(self, size: int) -> Iterator[tuple[list[str], list[str], list[Mapping[str, Any]]]]:
         """Every record once, ``size`` at a time: ``(ids, documents, metadatas)`` per page.
@@ -236,6 +260,10 @@ class _Snapshot:
     distrusted_at: float = -math.inf
     """When Chroma last refused a search by its ids (:meth:`KeywordIndex.distrust`)."""
     row_of: dict[str, int] | None = None
+    words: list[str] | None = None
+    """Each row's stems joined by spaces, for a snapshot not saved (a catch-up re-indexes them)."""
+    saved: Path | None = None
+    """Where this snapshot is saved (its ``words.json`` holds the rows' words)."""
 
     def row_index(self) -> dict[str, int]:
         if self.row_of is None:
@@ -293,6 +321,8 @@ class KeywordIndex:
         """How many times this index was built from the collection's documents."""
         self.loads = 0
         """How many times this index was loaded from its saved copy."""
+        self.catch_ups = 0
+        """How many times this index applied the change feed instead of rebuilding."""
         self._snapshot: _Snapshot | None = None
         self._checked_at = self._counted_at = -math.inf
         """When the last check began, and the last that read the count (the whole fingerprint)."""
@@ -343,15 +373,18 @@ class KeywordIndex:
             return cls._shared.get(source.key)
 
     @classmethod
-    def invalidate(cls, source: KeywordSource) -> None:
+    def invalidate(cls, source: KeywordSource, changed: Collection[str] | None = None) -> None:
         """Tell every index of this collection, in every process, that it was written to.
 
         Call it after a write has finished (add, upsert, update, delete): it stores a new
         generation token (:meth:`KeywordSource.bump_generation`; on Chroma two calls,
         ``get_collection`` and ``modify``) and makes this process's index check at its next
         search. A collection that no longer exists is left alone.
+
+        ``changed``: the ids the write touched, if known; another process's index then reads
+        those records again instead of every record (:meth:`KeywordSource.changes`).
         """
-        source.bump_generation()
+        source.bump_generation(changed)
         with cls._shared_lock:
             index = cls._shared.get(source.key)
         if index is not None:
@@ -616,9 +649,53 @@ class KeywordIndex:
 
         The snapshot it replaces is no longer held (nor its mark: :meth:`_changed`).
         """
-        self._stale = None
-        self._snapshot = self._load(fingerprint) or self._build(fingerprint)
+        held, self._stale = self._snapshot, None
+        snapshot = self._load(fingerprint)
+        if snapshot is None:
+            loaded = held is None or held.fingerprint.collection_id != fingerprint.collection_id
+            if loaded:
+                held = self._load(fingerprint, exact=False)  # a saved copy, caught up below
+            snapshot = None if held is None else self._caught_up(held, fingerprint)
+            self.loads += bool(loaded and snapshot is not None)
+        self._snapshot = snapshot or self._build(fingerprint)
         return self._snapshot
+
+    def _caught_up(self, held: _Snapshot, fingerprint: Fingerprint) -> _Snapshot | None:
+        """``held`` with the records the change feed names read again; None if it cannot say.
+
+        The engine is re-indexed from the words ``held`` keeps and those of the records read
+        (no other record is read or tokenised again), so it ranks exactly as a build of the
+        same records would. None, and the caller rebuilds, when the feed cannot say what
+        changed, when more than a quarter of the rows did (a build reads less), and when the
+        result does not hold as many records as the collection (a writer that bypassed the
+        library).
+        """
+        since, until = held.fingerprint.generation, fingerprint.generation
+        if held.fingerprint.collection_id != fingerprint.collection_id:
+            return None
+        if since is None or until is None:  # written before the feed, or by another tool
+            return None
+        changed = self._source.changes(since, until)
+        if changed is None or len(changed) > max(_CATCH_UP_ROWS, len(held.ids) // 4):
+            return None
+        words = _words_of(held)
+        if words is None:
+            return None
+        ids, documents, metadatas = self._source.records(sorted(changed))
+        kept = [row for row, chunk_id in enumerate(held.ids) if chunk_id not in changed]
+        if len(kept) + len(ids) != fingerprint.count:
+            return None
+        lengths = held.lengths if held.lengths is not None else np.zeros(len(held.ids), np.int32)
+        snapshot = _indexed(
+            fingerprint,
+            [held.ids[row] for row in kept] + ids,
+            [words[row] for row in kept] + [" ".join(_stems(text)) for text in documents],
+            [held.metadatas[row] for row in kept] + list(metadatas),
+            [int(lengths[row]) for row in kept] + [len(text) for text in documents],
+            self.directory,
+        )
+        self.catch_ups += 1
+        return snapshot
 
     def _checked(self) -> _Snapshot | None:
         """The snapshot if it is the collection's as last checked (checked now if due); or None.
@@ -664,11 +741,12 @@ class KeywordIndex:
             self._stale = snapshot
         return snapshot
 
-    def _load(self, fingerprint: Fingerprint) -> _Snapshot | None:
+    def _load(self, fingerprint: Fingerprint, *, exact: bool = True) -> _Snapshot | None:
+        """The saved copy of this collection: at ``fingerprint``, or (not ``exact``) at any."""
         if self.directory is None:
             return None
-        snapshot = _load(self.directory / fingerprint.collection_id, fingerprint)
-        if snapshot is not None:
+        snapshot = _load(self.directory / fingerprint.collection_id, fingerprint, exact=exact)
+        if snapshot is not None and exact:
             self.loads += 1
         return snapshot
 
@@ -909,42 +987,82 @@ def _index(
     metadatas: list[Mapping[str, Any]],
     directory: Path | None,
 ) -> _Snapshot:
-    """Index the rows in id order (rows without a word stay out); saved under ``directory``."""
+    """Tokenise the records and index them (:func:`_indexed`)."""
+    words = [" ".join(_stems(text)) for text in documents]
+    lengths = [len(text) for text in documents]
+    return _indexed(fingerprint, ids, words, metadatas, lengths, directory)
+
+
+def _indexed(
+    fingerprint: Fingerprint,
+    ids: list[str],
+    words: list[str],
+    metadatas: list[Mapping[str, Any]],
+    lengths: list[int],
+    directory: Path | None,
+) -> _Snapshot:
+    """Index the rows in id order (rows without a word stay out); saved under ``directory``.
+
+    ``words``: each row's stems, joined by spaces (what the engine indexes and a catch-up
+    re-indexes); ``lengths``: each row's text length in characters.
+    """
     order = sorted(range(len(ids)), key=ids.__getitem__)
     ids = [ids[i] for i in order]
     metadatas = [metadatas[i] for i in order]
-    lengths = np.array([len(documents[i]) for i in order], dtype=np.int32)
+    words = [words[i] for i in order]
+    held = np.array([lengths[i] for i in order], dtype=np.int32)
     tantivy = _tantivy()
     target = None if directory is None else directory / fingerprint.collection_id
     temporary = None if target is None else target.parent / f".{target.name}.tmp-{uuid.uuid4().hex}"
     if temporary is not None and target is not None:
         try:
             temporary.mkdir(parents=True)
-            _sweep(target)
+            _sweep(target, temporary)
         except OSError as error:
             logger.warning("the keyword index could not be saved at %s: %s", target, error)
             temporary = target = None
     index = tantivy.Index(_Engine.schema(), path=None if temporary is None else str(temporary))
     writer = index.writer(_WRITER_HEAP, 1)
     indexed = 0
-    for row, i in enumerate(order):
-        stems = _stems(documents[i])
-        if stems:
+    for row, text in enumerate(words):
+        if text:
             document = tantivy.Document()
-            document.add_text("words", " ".join(stems))
+            document.add_text("words", text)
             document.add_unsigned("row", row)
             writer.add_document(document)
             indexed += 1
     writer.commit()
     writer.wait_merging_threads()
     if temporary is not None and target is not None:
-        index = _saved(temporary, target, fingerprint, ids, metadatas, lengths, indexed)
+        index = _saved(temporary, target, fingerprint, ids, metadatas, held, words, indexed)
         if index is None:  # not saved (logged): the same rows in memory
-            return _index(fingerprint, ids, [documents[i] for i in order], metadatas, None)
+            return _indexed(fingerprint, ids, words, metadatas, held.tolist(), None)
     engine = _Engine(index) if indexed else None
-    snapshot = _Snapshot(fingerprint, ids, metadatas, engine, lengths)
+    snapshot = _Snapshot(fingerprint, ids, metadatas, engine, held)
+    if target is None:
+        snapshot.words = words  # in memory: nowhere to read them back from
+    else:
+        snapshot.saved = target
     snapshot.row_index()  # here, in the thread that builds: ``indexed`` may run on an event loop
     return snapshot
+
+
+def _words_of(snapshot: _Snapshot) -> list[str] | None:
+    """Each row's words (stems joined by spaces): held, or read from the saved copy."""
+    if snapshot.words is not None:
+        return snapshot.words
+    if snapshot.saved is None:
+        return None
+    import orjson
+
+    try:
+        words = orjson.loads((snapshot.saved / "words.json").read_bytes())
+    except (OSError, ValueError) as error:  # replaced or removed since: the caller rebuilds
+        logger.debug("the saved words at %s could not be read: %s", snapshot.saved, error)
+        return None
+    if not isinstance(words, list) or len(words) != len(snapshot.ids):
+        return None
+    return words
 
 
 # ---- saved beside an embedded store, or in the machine's cache for a server -------------------
@@ -957,6 +1075,7 @@ def _saved(
     ids: list[str],
     metadatas: list[Mapping[str, Any]],
     lengths: np.ndarray,
+    words: list[str],
     indexed: int,
 ) -> Any:
     """Move the index built in ``temporary`` to ``target`` whole or not at all; open it there.
@@ -974,6 +1093,7 @@ def _saved(
                 option=orjson.OPT_SERIALIZE_NUMPY,
             )
         )
+        (temporary / "words.json").write_bytes(orjson.dumps(words))
         state = {"format": FORMAT, "tokenizer": _TOKENIZER, "engine": _ENGINE, "indexed": indexed}
         state["fingerprint"] = fingerprint.as_json()
         state["files"] = _checksums(temporary)
@@ -992,8 +1112,12 @@ def _saved(
         shutil.rmtree(old, ignore_errors=True)
 
 
-def _load(target: Path, fingerprint: Fingerprint) -> _Snapshot | None:
-    """The index saved at ``target`` if it was built from this very state, else None."""
+def _load(target: Path, fingerprint: Fingerprint, *, exact: bool = True) -> _Snapshot | None:
+    """The index saved at ``target`` if it was built from this very state, else None.
+
+    Not ``exact``: from any state of the same collection (its own fingerprint kept), for a
+    catch-up through the change feed.
+    """
     import orjson
 
     try:
@@ -1001,7 +1125,10 @@ def _load(target: Path, fingerprint: Fingerprint) -> _Snapshot | None:
         expected = {"format": FORMAT, "tokenizer": _TOKENIZER, "engine": _ENGINE}
         if any(state.get(key) != value for key, value in expected.items()):
             return None
-        if state.get("fingerprint") != fingerprint.as_json():
+        held = state.get("fingerprint")
+        if exact and held != fingerprint.as_json():
+            return None
+        if held.get("collection_id") != fingerprint.collection_id:
             return None
         if state.get("files") != _checksums(target):
             logger.warning("the saved keyword index at %s is damaged; it is rebuilt", target)
@@ -1015,12 +1142,13 @@ def _load(target: Path, fingerprint: Fingerprint) -> _Snapshot | None:
             engine = _Engine(_tantivy().Index.open(str(target)))
             if engine.searcher.num_docs != state["indexed"]:
                 return None
+        found = Fingerprint(held["collection_id"], int(held["count"]), held["gen"])
     except BaseException as error:  # none, damaged, or replaced
-        if not (_engine_failed(error) or isinstance(error, KeyError | TypeError)):
+        if not (_engine_failed(error) or isinstance(error, KeyError | TypeError | AttributeError)):
             raise
         logger.debug("no saved keyword index at %s: %s", target, error)
         return None
-    snapshot = _Snapshot(fingerprint, saved["ids"], saved["metadatas"], engine, lengths)
+    snapshot = _Snapshot(found, saved["ids"], saved["metadatas"], engine, lengths, saved=target)
     snapshot.row_index()  # as in ``_index``
     return snapshot
 
@@ -1029,7 +1157,7 @@ _ABANDONED_SECONDS = 3600.0
 """A temporary folder of a save untouched this long was left by a killed process."""
 
 
-def _sweep(target: Path) -> None:
+def _sweep(target: Path, own: Path) -> None:
     """Remove the temporary folders of saves of ``target`` that a killed process left behind.
 
     Only those untouched for :data:`_ABANDONED_SECONDS`: a build still running in another
@@ -1037,6 +1165,8 @@ def _sweep(target: Path) -> None:
     """
     now = time.time()
     for left in target.parent.glob(f".{target.name}.*-*"):
+        if left == own:
+            continue
         with contextlib.suppress(OSError):
             if now - left.stat().st_mtime > _ABANDONED_SECONDS:
                 shutil.rmtree(left, ignore_errors=True)

@@ -453,6 +453,10 @@ def _embedded_client(
         raise StoreError(f"the Chroma store at {directory}/ failed: {_brief(error)}") from None
 
 
+_FEEDS = "window_retriever_changes-"
+"""The keyword index's change feeds (``_chroma.FEED_PREFIX``; imported from there, a cycle)."""
+
+
 def _collection(
     client: Any, name: str, where: str, *, embeddings: Embeddings | None, create: bool
 ) -> Chroma:
@@ -466,7 +470,11 @@ def _collection(
             client.get_collection(name)
         except (NotFoundError, ValueError):
             try:  # name what is there: a demo's or another tool's collection, say
-                names = sorted(str(getattr(c, "name", c)) for c in client.list_collections())
+                names = sorted(
+                    name
+                    for name in (str(getattr(c, "name", c)) for c in client.list_collections())
+                    if not name.startswith(_FEEDS)
+                )
                 has = f" (it has: {', '.join(names)})" if names else " (it has none)"
             except Exception:
                 has = ""

@@ -367,3 +367,56 @@ def test_a_writer_killed_while_saving_leaves_nothing_a_reader_serves(
     )
     assert not any(path.exists() for path in left)
     assert [p.name for p in folder.iterdir() if p.name.startswith(".")] == []
+
+
+def test_another_process_s_library_writes_are_caught_up_on_every_machine(
+    chroma_server: str, tmp_path: Path
+) -> None:
+    """A writer process's ``add_chunks``, ``sync_file`` and ``remove_file`` on a server: the
+    reader here and a new process on another machine (its own cache) apply the change feed,
+    read no other record, and rank as a build from scratch does."""
+    address = urlsplit(chroma_server)
+    config = {"host": address.hostname, "port": address.port, "name": unique("feed")}
+    store = Chroma(
+        collection_name=config["name"],
+        embedding_function=DeterministicFakeEmbedding(size=16),
+        client=chromadb.HttpClient(host=address.hostname, port=address.port),
+    )
+    run(
+        """
+        from window_retriever import WindowSplitter, add_chunks
+        pages = [Document(t, metadata={"source": f"p{i}"}) for i, t in enumerate(config["texts"])]
+        add_chunks(store, WindowSplitter().split_documents(pages))
+        """,
+        {**config, "texts": FILLER},
+    )
+    index = keyword_index(store, check_interval=0)
+    assert index.search("max_retries", k=3) == []
+    run(
+        """
+        from window_retriever import WindowSplitter, add_chunks, sync_file
+        from window_retriever._ingest import remove_file
+        splitter = WindowSplitter()
+        add_chunks(store, splitter.split_documents(
+            [Document(config["option"], metadata={"source": "new"})]))
+        rewritten = splitter.split_documents(
+            [Document("Sessions keep a cookie jar.", metadata={"source": "p1"})])
+        sync_file(store, rewritten)
+        gone = splitter.split_documents([Document("x", metadata={"source": "p0"})])
+        remove_file(store, gone[0].metadata["file_id"])
+        """,
+        {**config, "option": OPTION},
+    )
+
+    found = index.search("max_retries", k=3)
+
+    assert len(found) == 1
+    assert index.search("redirects", k=3) == []  # p1 rewritten
+    assert index.search("pooled host", k=3) == []  # p0 removed
+    assert (index.builds, index.catch_ups) == (1, 1)
+    theirs = run(
+        SEARCH.replace('config["query"]', '"max_retries"'),
+        {**config, "cache": str(tmp_path / "other")},
+    )
+    assert (theirs["builds"], theirs["loads"]) == (1, 0)  # nothing saved on that machine
+    assert [tuple(hit) for hit in theirs["hits"]] == found

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -738,8 +738,15 @@ class ListSource:
         self.calls.append("generation")
         return "list", str(self.token)
 
-    def bump_generation(self) -> None:
+    def bump_generation(self, changed: Any = None) -> None:
         self.token += 1
+
+    def changes(self, since: str, until: str) -> set[str] | None:
+        return None  # no feed: every change is a rebuild
+
+    def records(self, ids: Sequence[str]) -> tuple[list[str], list[str], list[Mapping[str, Any]]]:
+        found = [i for i in ids if i in self.records]
+        return found, [self.records[i][0] for i in found], [self.records[i][1] for i in found]
 
     def pages(self, size: int) -> Iterator[tuple[list[str], list[str], list[Mapping[str, Any]]]]:
         self.calls.append("pages")

@@ -203,9 +203,9 @@ def test_each_operation_invalidates_once_and_only_when_it_wrote(
     calls: list[str] = []
     original = KeywordIndex.invalidate.__func__  # type: ignore[attr-defined]
 
-    def counted(cls: type[KeywordIndex], source: ChromaKeywordSource) -> None:
+    def counted(cls: type[KeywordIndex], source: ChromaKeywordSource, changed: Any = None) -> None:
         calls.append(source.name)
-        original(cls, source)
+        original(cls, source, changed)
 
     monkeypatch.setattr(KeywordIndex, "invalidate", classmethod(counted))
     store = make_store()
