@@ -44,9 +44,10 @@ without reading or tokenising the rest; a new process does the same from the sav
 It rebuilds from every record instead when the feed cannot say what changed (an entry pruned
 or never written, two writers after one token, a write told without its ids), when more than
 a quarter of the rows changed, and when the result does not hold as many records as the
-collection (a writer that bypassed the library). Most checks read the id and token alone (one cheap call); the
-count is a scan of the collection, so it is read only once every :data:`COUNT_EVERY`
-intervals, after this process's own writes and by :meth:`KeywordIndex.refresh`. So:
+collection (a writer that bypassed the library). Most checks read the id and token alone (one
+cheap call); the count is a scan of the collection, so it is read only once every
+:data:`COUNT_EVERY` intervals, after this process's own writes and by
+:meth:`KeywordIndex.refresh`. So:
 
 - in the process that wrote: the next search sees the write (no staleness; a check another
   thread began before the write does not count for it);

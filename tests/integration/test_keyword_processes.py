@@ -151,7 +151,7 @@ reads = 0
 original = Collection.get
 def get(self, *args, **kwargs):
     global reads
-    reads += "documents" in (kwargs.get("include") or [])
+    reads += "documents" in (kwargs.get("include") or []) and self.name == config["name"]
     return original(self, *args, **kwargs)
 Collection.get = get
 index = keyword_index(store)
@@ -297,7 +297,12 @@ def hold(*args):
     print("held", flush=True)
     time.sleep(60)
 if point == "saving":  # the engine's files and rows.json written, state.json not yet
-    keyword._checksums = hold
+    checksums = keyword._checksums
+    def held_checksums(folder):
+        if ".tmp-" in folder.name:  # the save's, not a load's
+            hold()
+        return checksums(folder)
+    keyword._checksums = held_checksums
 else:  # the old copy moved aside, the new one not yet in its place
     rename = pathlib.Path.rename
     def held_rename(self, target):
