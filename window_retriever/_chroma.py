@@ -49,6 +49,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 _KEYWORD_MODULE = "window_retriever._keyword"
+"""Imported at the first keyword search or write: before it, no process has a keyword index."""
 
 FEED_PREFIX = "window_retriever_changes-"
 """The change feed of collection C is the collection ``window_retriever_changes-<C's id>``:
@@ -60,7 +61,6 @@ FEED_IDS = 20_000
 
 FEED_SECONDS = 7 * 24 * 3600.0
 """Entries older than this are deleted; a reader further behind rebuilds."""
-"""Imported at the first keyword search or write: before it, no process has a keyword index."""
 
 
 class ChromaWindowStore(WindowStore, AsyncWindowStore):
@@ -570,9 +570,10 @@ class ChromaKeywordSource:
                 page = collection.get(
                     ids=list(ids[start : start + PAGE_SIZE]), include=["documents", "metadatas"]
                 )
-                found_ids += page["ids"]
-                documents += [text or "" for text in page["documents"] or [""] * len(page["ids"])]
-                metadatas += [m or {} for m in page["metadatas"] or [{}] * len(page["ids"])]
+                page_ids, page_documents, page_metadatas = _records(page)
+                found_ids += page_ids
+                documents += page_documents
+                metadatas += page_metadatas
         return found_ids, documents, metadatas
 
     def pages(self, size: int) -> Iterator[tuple[list[str], list[str], list[Mapping[str, Any]]]]:
@@ -584,9 +585,7 @@ class ChromaKeywordSource:
             offset = 0
             while True:
                 page = collection.get(include=["documents", "metadatas"], limit=size, offset=offset)
-                ids = page["ids"]
-                documents = [text or "" for text in page["documents"] or [""] * len(ids)]
-                metadatas = [m or {} for m in page["metadatas"] or [{}] * len(ids)]
+                ids, documents, metadatas = _records(page)
                 yield ids, documents, metadatas
                 offset += len(ids)
                 if len(ids) < size:
@@ -614,6 +613,14 @@ class ChromaKeywordSource:
                 if len(page["ids"]) < size:
                     break
         return allowed
+
+
+def _records(page: Mapping[str, Any]) -> tuple[list[str], list[str], list[Mapping[str, Any]]]:
+    """A ``get``'s ids, documents and metadatas: ``""`` for no text, ``{}`` for no metadata."""
+    ids = list(page["ids"])
+    documents = [text or "" for text in page["documents"] or [""] * len(ids)]
+    metadatas = [m or {} for m in page["metadatas"] or [{}] * len(ids)]
+    return ids, documents, metadatas
 
 
 def invalidate_keywords(vectorstore: Any, ids: Collection[str] | None = None) -> None:

@@ -72,6 +72,18 @@ def ids(found: list[tuple[str, float]]) -> list[str]:
     return [chunk_id for chunk_id, _ in found]
 
 
+def server_store(url: str, prefix: str) -> tuple[dict[str, Any], Chroma]:
+    """A new collection on the server at ``url``: the scripts' config, and this process's store."""
+    address = urlsplit(url)
+    config = {"host": address.hostname, "port": address.port, "name": unique(prefix)}
+    store = Chroma(
+        collection_name=config["name"],
+        embedding_function=DeterministicFakeEmbedding(size=16),
+        client=chromadb.HttpClient(host=address.hostname, port=address.port),
+    )
+    return config, store
+
+
 @pytest.fixture(autouse=True)
 def _fresh_registry() -> Any:
     KeywordIndex._shared.clear()
@@ -82,13 +94,7 @@ def _fresh_registry() -> Any:
 def test_writes_of_another_process_are_seen_on_a_server_within_the_bound(
     chroma_server: str,
 ) -> None:
-    address = urlsplit(chroma_server)
-    config = {"host": address.hostname, "port": address.port, "name": unique("keyword")}
-    store = Chroma(
-        collection_name=config["name"],
-        embedding_function=DeterministicFakeEmbedding(size=16),
-        client=chromadb.HttpClient(host=address.hostname, port=address.port),
-    )
+    config, store = server_store(chroma_server, "keyword")
     store.add_documents(
         [Document(page_content=text, id=f"doc:{i}") for i, text in enumerate(FILLER)],
         ids=[f"doc:{i}" for i in range(len(FILLER))],
@@ -380,13 +386,7 @@ def test_another_process_s_library_writes_are_caught_up_on_every_machine(
     """A writer process's ``add_chunks``, ``sync_file`` and ``remove_file`` on a server: the
     reader here and a new process on another machine (its own cache) apply the change feed,
     read no other record, and rank as a build from scratch does."""
-    address = urlsplit(chroma_server)
-    config = {"host": address.hostname, "port": address.port, "name": unique("feed")}
-    store = Chroma(
-        collection_name=config["name"],
-        embedding_function=DeterministicFakeEmbedding(size=16),
-        client=chromadb.HttpClient(host=address.hostname, port=address.port),
-    )
+    config, store = server_store(chroma_server, "feed")
     run(
         """
         from window_retriever import WindowSplitter, add_chunks
