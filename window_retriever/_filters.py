@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 Predicate = Callable[[Mapping[str, Any]], bool]
@@ -133,6 +134,47 @@ def _check_list_operand(operand: Any, name: str, where: str) -> None:
         raise ValueError(msg)
 
 
+@dataclass(frozen=True, slots=True)
+class Leaf:
+    """One test of one metadata key: ``predicate`` reads ``key`` and nothing else.
+
+    So it can be decided once per distinct value of the key (``predicate({key: value})``, and
+    ``predicate({})`` for a record without the key) instead of once per record.
+    """
+
+    key: str
+    predicate: Predicate
+
+
+@dataclass(frozen=True, slots=True)
+class Branch:
+    """``$and`` (``every``) or ``$or`` of its parts; no parts passes every record."""
+
+    every: bool
+    parts: tuple[Leaf | Branch, ...]
+
+
+Tree = Leaf | Branch
+
+
+def compile_tree(where: Mapping[str, Any] | None) -> Tree | None:
+    """Compile a Chroma ``where`` filter into its tree of one-key tests.
+
+    Args:
+        where: A Chroma metadata filter, or ``None`` for no filter.
+
+    Returns:
+        The tree, which answers exactly as Chroma would (:func:`compile_where` is its
+        predicate), or ``None`` when the filter cannot be decided here.
+    """
+    if where is None:
+        return Branch(every=True, parts=())
+    try:
+        return _compile(where)
+    except _UndecidableError:
+        return None
+
+
 def compile_where(where: Mapping[str, Any] | None) -> Predicate | None:
     """Compile a Chroma ``where`` filter into a predicate over a metadata mapping.
 
@@ -143,29 +185,34 @@ def compile_where(where: Mapping[str, Any] | None) -> Predicate | None:
         A predicate that answers exactly as Chroma would, or ``None`` when the filter cannot
         be decided here (the store must apply it).
     """
-    if where is None:
+    tree = compile_tree(where)
+    return None if tree is None else predicate_of(tree)
+
+
+def predicate_of(tree: Tree) -> Predicate:
+    """The predicate of a compiled tree: a metadata mapping in, whether it passes out."""
+    if isinstance(tree, Leaf):
+        return tree.predicate
+    parts = [predicate_of(part) for part in tree.parts]
+    if not parts:
         return _always
-    try:
-        return _compile(where)
-    except _UndecidableError:
-        return None
+    if tree.every:
+        return lambda metadata: all(part(metadata) for part in parts)
+    return lambda metadata: any(part(metadata) for part in parts)
 
 
 def _always(metadata: Mapping[str, Any]) -> bool:
     return True
 
 
-def _compile(node: Any) -> Predicate:
+def _compile(node: Any) -> Tree:
     if not isinstance(node, Mapping) or len(node) != 1:
         raise _UndecidableError
     ((key, value),) = node.items()
     if key in ("$and", "$or"):
         if not isinstance(value, list) or len(value) < 2:
             raise _UndecidableError
-        parts = [_compile(part) for part in value]
-        if key == "$and":
-            return lambda metadata: all(part(metadata) for part in parts)
-        return lambda metadata: any(part(metadata) for part in parts)
+        return Branch(every=key == "$and", parts=tuple(_compile(part) for part in value))
     if not isinstance(key, str) or key.startswith("$"):
         raise _UndecidableError
     if isinstance(value, Mapping):
@@ -174,7 +221,7 @@ def _compile(node: Any) -> Predicate:
         ((operator, operand),) = value.items()
     else:
         operator, operand = "$eq", value
-    return _leaf(key, operator, operand)
+    return Leaf(key, _leaf(key, operator, operand))
 
 
 def _leaf(key: str, operator: Any, operand: Any) -> Predicate:

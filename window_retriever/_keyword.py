@@ -113,7 +113,8 @@ from typing import Any, ClassVar, Protocol
 import numpy as np
 
 from window_retriever._errors import ConfigurationError
-from window_retriever._filters import Predicate, compile_where
+from window_retriever._filters import Predicate, Tree, compile_tree, predicate_of
+from window_retriever._keyword_rows import Rows, RowsBuilder
 
 logger = logging.getLogger(__name__)
 
@@ -138,9 +139,9 @@ CACHE_VARIABLE = "WINDOW_RETRIEVER_CACHE"
 PAGE_SIZE = 5000
 """Records read per ``get`` while building (Chroma caps a batch at 5,461 on this machine)."""
 
-FORMAT = 3
-"""The saved index's layout; another value (or other tokenizer settings) means rebuild (2: with
-each chunk's length)."""
+FORMAT = 4
+"""The saved index's layout; another value (or other tokenizer settings) means rebuild (4: the
+rows as arrays, ``_keyword_rows``)."""
 
 _TOKENIZER = {"stopwords": "en", "stemmer": "english", "lower": True, "pattern": r"(?u)\b\w\w+\b"}
 _ENGINE = {"name": "tantivy", "version": "0.27", "k1": 1.2, "b": 0.75}
@@ -247,29 +248,17 @@ class KeywordSource(Protocol):
 
 @dataclass(slots=True)
 class _Snapshot:
-    """One immutable build of the index: rows in id order, the engine's index over them."""
+    """One immutable build of the index: its rows in id order, the engine's index over them."""
 
     fingerprint: Fingerprint
-    ids: list[str]
-    metadatas: list[Mapping[str, Any]]
+    rows: Rows
     engine: _Engine | None  # over the rows that hold at least one word; None if none does
-    lengths: np.ndarray | None = None  # each row's text length in characters (int32)
     read: dict[str, tuple[int, Mapping[str, Any]]] = field(default_factory=dict)
     """Chunks read since the build that differed from it (``KeywordIndex.correct``)."""
     masks: OrderedDict[bytes, np.ndarray] = field(default_factory=OrderedDict)
     passing: OrderedDict[str, _Passing] = field(default_factory=OrderedDict)
     distrusted_at: float = -math.inf
     """When Chroma last refused a search by its ids (:meth:`KeywordIndex.distrust`)."""
-    row_of: dict[str, int] | None = None
-    words: list[str] | None = None
-    """Each row's stems joined by spaces, for a snapshot not saved (a catch-up re-indexes them)."""
-    saved: Path | None = None
-    """Where this snapshot is saved (its ``words.json`` holds the rows' words)."""
-
-    def row_index(self) -> dict[str, int]:
-        if self.row_of is None:
-            self.row_of = {chunk_id: row for row, chunk_id in enumerate(self.ids)}
-        return self.row_of
 
 
 @dataclass(slots=True)
@@ -278,6 +267,7 @@ class _Passing:
 
     mask: np.ndarray
     predicate: Predicate
+    """The filter's test of one chunk's metadata (for what :meth:`KeywordIndex.correct` holds)."""
     ids: list[str] | None = None
     changes: int = 0
     """How many rows :meth:`KeywordIndex.correct` turned (an ``ids`` made meanwhile is not kept)."""
@@ -422,11 +412,11 @@ class KeywordIndex:
             if snapshot.engine is None or not stems:
                 return []
             mask = None
-            predicate = compile_where(where) if where_document is None else None
-            if predicate is None:  # Chroma decides: keep the rows it returns
+            tree = compile_tree(where) if where_document is None else None
+            if tree is None:  # Chroma decides: keep the rows it returns
                 mask = self._allowed(snapshot, where, where_document)
             elif where is not None:
-                mask = self._passing(snapshot, where, predicate).mask
+                mask = self._passing(snapshot, where, tree).mask
             try:
                 hits = snapshot.engine.top(stems, k, mask)
                 break
@@ -437,7 +427,8 @@ class KeywordIndex:
         else:
             msg = "the keyword index failed twice, also when rebuilt from the collection"
             raise RuntimeError(msg)
-        return [(snapshot.ids[row], score) for row, score in hits]
+        rows = snapshot.rows
+        return [(rows.id(row), score) for row, score in hits]
 
     async def asearch(
         self,
@@ -496,18 +487,18 @@ class KeywordIndex:
         waits for another thread; when a check is due it makes it (one call, the count's too
         every :data:`COUNT_EVERY` intervals).
         """
-        predicate = compile_where(where)
-        if predicate is None:
+        tree = compile_tree(where)
+        if tree is None:
             return None
         snapshot = self._checked()
         if snapshot is None or self._clock() - snapshot.distrusted_at < _DISTRUST_SECONDS:
             return None
-        passing = self._passing(snapshot, where, predicate)
+        passing = self._passing(snapshot, where, tree)
         ids = passing.ids
         if ids is None:
             with self._masks_lock:  # numpy reads the mask without the GIL: not while it turns
                 mask, changes = passing.mask.copy(), passing.changes
-            ids = [snapshot.ids[row] for row in np.flatnonzero(mask).tolist()]
+            ids = snapshot.rows.ids_at(np.flatnonzero(mask).tolist())
             with self._masks_lock:
                 if passing.changes == changes:  # no row turned while the list was made
                     passing.ids = ids
@@ -558,14 +549,13 @@ class KeywordIndex:
     ) -> None:
         if snapshot is None or snapshot is not self._snapshot:
             return
-        row_of = snapshot.row_index()
+        rows = snapshot.rows.rows_of(list(read)).tolist()
         with self._masks_lock:
-            for chunk_id, entry in read.items():
+            for (chunk_id, entry), row in zip(read.items(), rows, strict=True):
                 if len(snapshot.read) >= _READ_KEPT and chunk_id not in snapshot.read:
                     continue
                 snapshot.read[chunk_id] = entry
-                row = row_of.get(chunk_id)
-                if row is None:
+                if row < 0:
                     continue  # not in this build: the next one indexes it
                 for passing in snapshot.passing.values():
                     passes = passing.predicate(entry[1])
@@ -586,7 +576,7 @@ class KeywordIndex:
 
     def __len__(self) -> int:
         """How many chunks the current snapshot holds (checks the collection if due)."""
-        return len(self._current().ids)
+        return len(self._current().rows)
 
     # ---- keeping the snapshot current ------------------------------------------------------
 
@@ -676,25 +666,27 @@ class KeywordIndex:
             return None
         if since is None or until is None:  # written before the feed, or by another tool
             return None
+        rows = held.rows
         changed = self._source.changes(since, until)
-        if changed is None or len(changed) > max(_CATCH_UP_ROWS, len(held.ids) // 4):
-            return None
-        words = _words_of(held)
-        if words is None:
+        if changed is None or len(changed) > max(_CATCH_UP_ROWS, len(rows) // 4):
             return None
         ids, documents, metadatas = self._source.records(sorted(changed))
-        kept = [row for row, chunk_id in enumerate(held.ids) if chunk_id not in changed]
-        if len(kept) + len(ids) != fingerprint.count:
+        kept = np.ones(len(rows), dtype=bool)
+        kept[[row for row in rows.rows_of(sorted(changed)).tolist() if row >= 0]] = False
+        if int(np.count_nonzero(kept)) + len(ids) != fingerprint.count:
             return None
-        lengths = held.lengths if held.lengths is not None else np.zeros(len(held.ids), np.int32)
-        snapshot = _indexed(
-            fingerprint,
-            [held.ids[row] for row in kept] + ids,
-            [words[row] for row in kept] + [" ".join(_stems(text)) for text in documents],
-            [held.metadatas[row] for row in kept] + list(metadatas),
-            [int(lengths[row]) for row in kept] + [len(text) for text in documents],
-            self.directory,
-        )
+        try:
+            builder = RowsBuilder()
+            for row in np.flatnonzero(kept).tolist():
+                builder.add(
+                    rows.id(row), int(rows.lengths[row]), rows.words_at(row), rows.metadata_at(row)
+                )
+        except (OSError, ValueError) as error:  # its files damaged since: the caller rebuilds
+            logger.debug("the keyword index's rows could not be read: %s", error)
+            return None
+        for chunk_id, text, metadata in zip(ids, documents, metadatas, strict=True):
+            builder.add(chunk_id, len(text), " ".join(_stems(text)), metadata)
+        snapshot = _indexed(fingerprint, builder.rows(), self.directory)
         self.catch_ups += 1
         return snapshot
 
@@ -729,7 +721,7 @@ class KeywordIndex:
         """
         settled = False
         for attempt in range(3):
-            ids, documents, metadatas = self._read_all()
+            rows = self._read_all()
             after = self._source.fingerprint()
             settled = after == fingerprint
             if settled or attempt == 2:
@@ -737,7 +729,7 @@ class KeywordIndex:
             fingerprint = after  # written to while read: read again
         self.builds += 1
         target = None if not settled or self.directory is None else self.directory
-        snapshot = _index(fingerprint, ids, documents, metadatas, target)
+        snapshot = _indexed(fingerprint, rows, target)
         if not settled:
             self._stale = snapshot
         return snapshot
@@ -766,20 +758,17 @@ class KeywordIndex:
             if mask is not None:
                 snapshot.masks.move_to_end(key)
                 return mask
-        row_of = snapshot.row_index()
-        mask = np.zeros(len(snapshot.ids), dtype=bool)
-        allowed = self._source.allowed_ids(where, where_document, PAGE_SIZE)
-        mask[[row_of[i] for i in allowed if i in row_of]] = True
+        mask = np.zeros(len(snapshot.rows), dtype=bool)
+        allowed = snapshot.rows.rows_of(self._source.allowed_ids(where, where_document, PAGE_SIZE))
+        mask[allowed[allowed >= 0]] = True
         with self._masks_lock:
             snapshot.masks[key] = mask
             while len(snapshot.masks) > _MASKS_KEPT:
                 snapshot.masks.popitem(last=False)
         return mask
 
-    def _passing(
-        self, snapshot: _Snapshot, where: Mapping[str, Any], predicate: Predicate
-    ) -> _Passing:
-        """The rows ``predicate`` (``where`` compiled) passes, on the metadata held (kept).
+    def _passing(self, snapshot: _Snapshot, where: Mapping[str, Any], tree: Tree) -> _Passing:
+        """The rows ``tree`` (``where`` compiled) passes, on the metadata held (kept).
 
         Kept by ``repr``: exact for what ``compile_where`` decides (plain values: a 1, a 1.0
         and a True differ), and a filter written in another key order is only a miss.
@@ -790,49 +779,44 @@ class KeywordIndex:
             if passing is not None:
                 snapshot.passing.move_to_end(key)
                 return passing
-        metadatas = snapshot.metadatas
-        mask = np.fromiter(map(predicate, metadatas), dtype=bool, count=len(metadatas))
-        row_of = snapshot.row_index()
+        mask = snapshot.rows.mask(tree)
+        predicate = predicate_of(tree)
         passing = _Passing(mask, predicate)
         with self._masks_lock:  # corrected since the build (none can be added meanwhile)
-            for chunk_id, (_, metadata) in snapshot.read.items():
-                row = row_of.get(chunk_id)
-                if row is not None:
+            read = snapshot.read
+            for (_, metadata), row in zip(
+                read.values(), snapshot.rows.rows_of(list(read)), strict=True
+            ):
+                if row >= 0:
                     mask[row] = predicate(metadata)
             snapshot.passing[key] = passing
             while len(snapshot.passing) > _PASSING_KEPT:
                 snapshot.passing.popitem(last=False)
         return passing
 
-    def _read_all(self) -> tuple[list[str], list[str], list[Mapping[str, Any]]]:
-        """Every record's id, document and metadata, ``PAGE_SIZE`` at a time."""
-        ids: list[str] = []
-        documents: list[str] = []
-        metadatas: list[Mapping[str, Any]] = []
-        for page_ids, page_documents, page_metadatas in self._source.pages(PAGE_SIZE):
-            ids += page_ids
-            documents += page_documents
-            metadatas += page_metadatas
-        return ids, documents, metadatas
+    def _read_all(self) -> Rows:
+        """Every record, ``PAGE_SIZE`` at a time, tokenised as it comes (no page is kept)."""
+        builder = RowsBuilder()
+        for ids, documents, metadatas in self._source.pages(PAGE_SIZE):
+            for chunk_id, text, metadata in zip(ids, documents, metadatas, strict=True):
+                builder.add(chunk_id, len(text), " ".join(_stems(text)), metadata)
+        return builder.rows()
 
 
 def _held(
     snapshot: _Snapshot | None, ids: Sequence[str]
 ) -> dict[str, tuple[int, Mapping[str, Any]]] | None:
     """:meth:`KeywordIndex.indexed` of one snapshot."""
-    if snapshot is None or snapshot.lengths is None:
+    if snapshot is None:
         return None
-    row_of, lengths, metadatas = snapshot.row_index(), snapshot.lengths, snapshot.metadatas
-    corrected = snapshot.read
+    rows, corrected = snapshot.rows, snapshot.read
     found: dict[str, tuple[int, Mapping[str, Any]]] = {}
-    for chunk_id in ids:
+    for chunk_id, row in zip(ids, rows.rows_of(ids).tolist(), strict=True):
         entry = corrected.get(chunk_id) if corrected else None
         if entry is not None:
             found[chunk_id] = entry
-            continue
-        row = row_of.get(chunk_id)
-        if row is not None:
-            found[chunk_id] = (int(lengths[row]), metadatas[row])
+        elif row >= 0:
+            found[chunk_id] = (int(rows.lengths[row]), rows.metadata_at(row))
     return found
 
 
@@ -989,29 +973,17 @@ def _index(
     directory: Path | None,
 ) -> _Snapshot:
     """Tokenise the records and index them (:func:`_indexed`)."""
-    words = [" ".join(_stems(text)) for text in documents]
-    lengths = [len(text) for text in documents]
-    return _indexed(fingerprint, ids, words, metadatas, lengths, directory)
+    builder = RowsBuilder()
+    for chunk_id, text, metadata in zip(ids, documents, metadatas, strict=True):
+        builder.add(chunk_id, len(text), " ".join(_stems(text)), metadata)
+    return _indexed(fingerprint, builder.rows(), directory)
 
 
-def _indexed(
-    fingerprint: Fingerprint,
-    ids: list[str],
-    words: list[str],
-    metadatas: list[Mapping[str, Any]],
-    lengths: list[int],
-    directory: Path | None,
-) -> _Snapshot:
-    """Index the rows in id order (rows without a word stay out); saved under ``directory``.
+def _indexed(fingerprint: Fingerprint, rows: Rows, directory: Path | None) -> _Snapshot:
+    """Index the rows (those without a word stay out of the engine); saved under ``directory``.
 
-    ``words``: each row's stems, joined by spaces (what the engine indexes and a catch-up
-    re-indexes); ``lengths``: each row's text length in characters.
+    Saved, the snapshot serves the saved files (mapped into memory), not the arrays given.
     """
-    order = sorted(range(len(ids)), key=ids.__getitem__)
-    ids = [ids[i] for i in order]
-    metadatas = [metadatas[i] for i in order]
-    words = [words[i] for i in order]
-    held = np.array([lengths[i] for i in order], dtype=np.int32)
     tantivy = _tantivy()
     target = None if directory is None else directory / fingerprint.collection_id
     temporary = None if target is None else target.parent / f".{target.name}.tmp-{uuid.uuid4().hex}"
@@ -1025,7 +997,8 @@ def _indexed(
     index = tantivy.Index(_Engine.schema(), path=None if temporary is None else str(temporary))
     writer = index.writer(_WRITER_HEAP, 1)
     indexed = 0
-    for row, text in enumerate(words):
+    for row in range(len(rows)):
+        text = rows.words_at(row)
         if text:
             document = tantivy.Document()
             document.add_text("words", text)
@@ -1035,50 +1008,19 @@ def _indexed(
     writer.commit()
     writer.wait_merging_threads()
     if temporary is not None and target is not None:
-        index = _saved(temporary, target, fingerprint, ids, metadatas, held, words, indexed)
-        if index is None:  # not saved (logged): the same rows in memory
-            return _indexed(fingerprint, ids, words, metadatas, held.tolist(), None)
-    engine = _Engine(index) if indexed else None
-    snapshot = _Snapshot(fingerprint, ids, metadatas, engine, held)
-    if target is None:
-        snapshot.words = words  # in memory: nowhere to read them back from
-    else:
-        snapshot.saved = target
-    snapshot.row_index()  # here, in the thread that builds: ``indexed`` may run on an event loop
-    return snapshot
-
-
-def _words_of(snapshot: _Snapshot) -> list[str] | None:
-    """Each row's words (stems joined by spaces): held, or read from the saved copy."""
-    if snapshot.words is not None:
-        return snapshot.words
-    if snapshot.saved is None:
-        return None
-    import orjson
-
-    try:
-        words = orjson.loads((snapshot.saved / "words.json").read_bytes())
-    except (OSError, ValueError) as error:  # replaced or removed since: the caller rebuilds
-        logger.debug("the saved words at %s could not be read: %s", snapshot.saved, error)
-        return None
-    if not isinstance(words, list) or len(words) != len(snapshot.ids):
-        return None
-    return words
+        saved = _saved(temporary, target, fingerprint, rows, indexed)
+        if saved is None:  # not saved (logged): the same rows in memory
+            return _indexed(fingerprint, rows, None)
+        return saved
+    return _Snapshot(fingerprint, rows, _Engine(index) if indexed else None)
 
 
 # ---- saved beside an embedded store, or in the machine's cache for a server -------------------
 
 
 def _saved(
-    temporary: Path,
-    target: Path,
-    fingerprint: Fingerprint,
-    ids: list[str],
-    metadatas: list[Mapping[str, Any]],
-    lengths: np.ndarray,
-    words: list[str],
-    indexed: int,
-) -> Any:
+    temporary: Path, target: Path, fingerprint: Fingerprint, rows: Rows, indexed: int
+) -> _Snapshot | None:
     """Move the index built in ``temporary`` to ``target`` whole or not at all; open it there.
 
     A reader never sees a half-written index: it finds the old one, the new one, or none (and
@@ -1088,13 +1030,7 @@ def _saved(
 
     old = target.parent / f".{target.name}.old-{uuid.uuid4().hex}"
     try:
-        (temporary / "rows.json").write_bytes(
-            orjson.dumps(
-                {"ids": ids, "metadatas": metadatas, "lengths": lengths},
-                option=orjson.OPT_SERIALIZE_NUMPY,
-            )
-        )
-        (temporary / "words.json").write_bytes(orjson.dumps(words))
+        rows.save(temporary)
         state = {"format": FORMAT, "tokenizer": _TOKENIZER, "engine": _ENGINE, "indexed": indexed}
         state["fingerprint"] = fingerprint.as_json()
         state["files"] = _checksums(temporary)
@@ -1102,7 +1038,7 @@ def _saved(
         with contextlib.suppress(FileNotFoundError):
             target.rename(old)
         temporary.rename(target)
-        return _tantivy().Index.open(str(target))
+        return _opened(target, fingerprint, indexed)
     except BaseException as error:
         if not _engine_failed(error):
             raise
@@ -1111,6 +1047,17 @@ def _saved(
     finally:
         shutil.rmtree(temporary, ignore_errors=True)
         shutil.rmtree(old, ignore_errors=True)
+
+
+def _opened(target: Path, fingerprint: Fingerprint, indexed: int) -> _Snapshot | None:
+    """The rows and engine saved at ``target`` (checked already), or None if they disagree."""
+    rows = Rows.load(target)
+    engine = None
+    if indexed:
+        engine = _Engine(_tantivy().Index.open(str(target)))
+        if engine.searcher.num_docs != indexed:
+            return None
+    return _Snapshot(fingerprint, rows, engine)
 
 
 def _load(target: Path, fingerprint: Fingerprint, *, exact: bool = True) -> _Snapshot | None:
@@ -1134,24 +1081,13 @@ def _load(target: Path, fingerprint: Fingerprint, *, exact: bool = True) -> _Sna
         if state.get("files") != _checksums(target):
             logger.warning("the saved keyword index at %s is damaged; it is rebuilt", target)
             return None
-        saved = orjson.loads((target / "rows.json").read_bytes())
-        lengths = np.array(saved["lengths"], dtype=np.int32)
-        if len(lengths) != len(saved["ids"]) or len(saved["metadatas"]) != len(lengths):
-            return None
-        engine = None
-        if state["indexed"]:
-            engine = _Engine(_tantivy().Index.open(str(target)))
-            if engine.searcher.num_docs != state["indexed"]:
-                return None
         found = Fingerprint(held["collection_id"], int(held["count"]), held["gen"])
+        return _opened(target, found, int(state["indexed"]))
     except BaseException as error:  # none, damaged, or replaced
         if not (_engine_failed(error) or isinstance(error, KeyError | TypeError | AttributeError)):
             raise
         logger.debug("no saved keyword index at %s: %s", target, error)
         return None
-    snapshot = _Snapshot(found, saved["ids"], saved["metadatas"], engine, lengths, saved=target)
-    snapshot.row_index()  # as in ``_index``
-    return snapshot
 
 
 _ABANDONED_SECONDS = 3600.0
@@ -1177,12 +1113,20 @@ def _checksums(folder: Path) -> dict[str, list[int]]:
     """Each saved file's size and CRC-32 (tantivy checks no checksum when it opens an index).
 
     Every file but ``state.json`` (which holds these) and tantivy's empty lock files; a file
-    damaged, truncated, missing or added since the save gives other values.
+    damaged, truncated, missing or added since the save gives other values. Read a block at a
+    time (a large index is never held whole in memory).
     """
     found: dict[str, list[int]] = {}
     for path in sorted(folder.iterdir()):
         if path.name == "state.json" or path.name.endswith(".lock") or not path.is_file():
             continue
-        data = path.read_bytes()
-        found[path.name] = [len(data), zlib.crc32(data)]
+        size = crc = 0
+        with path.open("rb") as file:
+            while block := file.read(_CHECKSUM_BLOCK):
+                size += len(block)
+                crc = zlib.crc32(block, crc)
+        found[path.name] = [size, crc]
     return found
+
+
+_CHECKSUM_BLOCK = 2**22

@@ -36,7 +36,15 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "citations",
     ),
     # the stores: the only modules that know Chroma
-    "stores": ("_chroma", "_chroma_errors", "_keyword", "_memory", "_open", "_stores"),
+    "stores": (
+        "_chroma",
+        "_chroma_errors",
+        "_keyword",
+        "_keyword_rows",
+        "_memory",
+        "_open",
+        "_stores",
+    ),
     # the retriever and ingestion: siblings, neither imports the other (checked below)
     "steps": (
         "_candidates",

@@ -1,0 +1,270 @@
+"""The rows a keyword index holds: each chunk's id, text length, metadata and words, compactly.
+
+One row per chunk, in id order, kept in a few numpy arrays rather than a Python object per
+chunk: the ids as one fixed-width byte array (found by binary search), the lengths as int32,
+the metadata (orjson) and the words (each chunk's stems joined by spaces) as bytes laid end to
+end with the offset where each row ends. Saved, the arrays are files that a process maps into
+memory (``numpy.load(mmap_mode="r")``): a new process opens them in milliseconds, holds no copy
+of its own, and every process on the machine shares the pages.
+
+Filters are decided per *column* where they can be: a metadata key that takes few distinct
+values (at most :data:`COLUMN_VALUES`: tenants, sources, access levels) is also kept as a code
+per row into the list of its values, so a test of that key is decided once per distinct value
+and spread to the rows by the codes (:meth:`Rows.mask`). A key with more values than that is
+decided row by row on the decoded metadata. Either way each test is the very predicate
+:func:`~window_retriever._filters.compile_where` uses, so the answer is Chroma's.
+"""
+
+from __future__ import annotations
+
+from array import array
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import orjson
+
+from window_retriever._filters import Branch, Leaf, Tree
+
+COLUMN_VALUES = 65_536
+"""A metadata key with at most this many distinct values is kept as a column of codes."""
+
+_END = b"\x01"
+"""Ends every stored id: numpy's fixed-width bytes drop trailing NULs, and Chroma accepts
+``"a"`` and ``"a\\x00"`` as two ids. Rows are in the order of these bytes (the ids' UTF-8,
+which is code point order, but for ids that differ only by NUL characters)."""
+
+_MISSING_CODE = -1
+
+
+class Blob:
+    """Byte strings laid end to end: row ``i`` is ``data[ends[i - 1]:ends[i]]``."""
+
+    __slots__ = ("data", "ends")
+
+    def __init__(self, data: np.ndarray, ends: np.ndarray) -> None:
+        self.data = data
+        self.ends = ends
+
+    @classmethod
+    def of(cls, items: Sequence[bytes]) -> Blob:
+        ends = np.cumsum(np.fromiter(map(len, items), dtype=np.int64, count=len(items)))
+        return cls(np.frombuffer(b"".join(items), dtype=np.uint8), ends)
+
+    def __getitem__(self, row: int) -> bytes:
+        start = int(self.ends[row - 1]) if row else 0
+        return self.data[start : int(self.ends[row])].tobytes()
+
+
+class Rows:
+    """Every chunk an index holds, a row each in id order (see the module docstring).
+
+    Args:
+        ids: Each row's id as UTF-8 and :data:`_END`, sorted (a fixed-width byte array).
+        lengths: Each row's text length in characters.
+        metadata: Each row's metadata as orjson.
+        words: Each row's stems joined by spaces, UTF-8 (empty for a text without a word).
+        columns: For each metadata key with few values: a code per row (-1: the row has no
+            such key) and the values the codes name.
+        wide: The keys with too many values for a column (decided row by row).
+    """
+
+    __slots__ = ("columns", "ids", "lengths", "metadata", "wide", "words")
+
+    def __init__(
+        self,
+        ids: np.ndarray,
+        lengths: np.ndarray,
+        metadata: Blob,
+        words: Blob,
+        columns: Mapping[str, tuple[np.ndarray, list[Any]]],
+        wide: frozenset[str],
+    ) -> None:
+        self.ids = ids
+        self.lengths = lengths
+        self.metadata = metadata
+        self.words = words
+        self.columns = dict(columns)
+        self.wide = wide
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def id(self, row: int) -> str:
+        return _decode_id(self.ids[row])
+
+    def ids_at(self, rows: Iterable[int]) -> list[str]:
+        ids = self.ids
+        return [_decode_id(ids[row]) for row in rows]
+
+    def rows_of(self, ids: Sequence[str]) -> np.ndarray:
+        """Each id's row, or -1 for an id not held (one binary search for all of them)."""
+        if not ids or not len(self.ids):
+            return np.full(len(ids), -1, dtype=np.int64)
+        wanted = np.array([_encode_id(chunk_id) for chunk_id in ids])
+        found = np.searchsorted(self.ids, wanted).astype(np.int64)
+        inside = found < len(self.ids)
+        found[~inside] = -1
+        held = found >= 0
+        held[held] = self.ids[found[held]] == wanted[held]
+        found[~held] = -1
+        return found
+
+    def metadata_at(self, row: int) -> dict[str, Any]:
+        metadata: dict[str, Any] = orjson.loads(self.metadata[row])
+        return metadata
+
+    def words_at(self, row: int) -> str:
+        return self.words[row].decode()
+
+    def mask(self, tree: Tree) -> np.ndarray:
+        """The rows ``tree`` passes, as a boolean array."""
+        decoded: list[dict[str, Any]] = []
+
+        def rows_decoded() -> list[dict[str, Any]]:
+            if not decoded:
+                decoded.extend(self.metadata_at(row) for row in range(len(self)))
+            return decoded
+
+        def passing(node: Tree) -> np.ndarray:
+            if isinstance(node, Branch):
+                if not node.parts:
+                    return np.ones(len(self), dtype=bool)
+                masks = [passing(part) for part in node.parts]
+                reduce = np.logical_and if node.every else np.logical_or
+                combined: np.ndarray = reduce.reduce(masks)
+                return combined
+            return self._leaf(node, rows_decoded)
+
+        return passing(tree)
+
+    def _leaf(self, leaf: Leaf, decoded: Any) -> np.ndarray:
+        test, key = leaf.predicate, leaf.key
+        if key in self.wide:
+            rows = decoded()
+            return np.fromiter(map(test, rows), dtype=bool, count=len(rows))
+        column = self.columns.get(key)
+        if column is None:  # no row holds the key
+            return np.full(len(self), test({}), dtype=bool)
+        codes, values = column
+        table = np.fromiter((test({key: value}) for value in values), bool, len(values))
+        passing: np.ndarray = np.append(table, test({}))[codes]  # code -1: no such key
+        return passing
+
+    # ---- saved as files -----------------------------------------------------------------
+
+    def save(self, folder: Path) -> None:
+        """Write the arrays under ``folder`` (files of their own; ``columns.json`` names them)."""
+        np.save(folder / "ids.npy", self.ids)
+        np.save(folder / "lengths.npy", self.lengths)
+        for name, blob in (("metadata", self.metadata), ("words", self.words)):
+            np.save(folder / f"{name}.npy", blob.data)
+            np.save(folder / f"{name}-ends.npy", blob.ends)
+        described = []
+        for number, (key, (codes, values)) in enumerate(sorted(self.columns.items())):
+            np.save(folder / f"column-{number}.npy", codes)
+            described.append({"key": key, "values": values})
+        columns = {"columns": described, "wide": sorted(self.wide)}
+        (folder / "columns.json").write_bytes(orjson.dumps(columns))
+
+    @classmethod
+    def load(cls, folder: Path) -> Rows:
+        """The arrays saved under ``folder``, mapped into memory (nothing is read in full)."""
+
+        def mapped(name: str) -> np.ndarray:
+            array: np.ndarray = np.load(folder / name, mmap_mode="r", allow_pickle=False)
+            return array
+
+        described = orjson.loads((folder / "columns.json").read_bytes())
+        columns = {
+            column["key"]: (mapped(f"column-{number}.npy"), column["values"])
+            for number, column in enumerate(described["columns"])
+        }
+        rows = cls(
+            mapped("ids.npy"),
+            mapped("lengths.npy"),
+            Blob(mapped("metadata.npy"), mapped("metadata-ends.npy")),
+            Blob(mapped("words.npy"), mapped("words-ends.npy")),
+            columns,
+            frozenset(described["wide"]),
+        )
+        sizes = {len(rows.lengths), len(rows.metadata.ends), len(rows.words.ends)}
+        sizes |= {len(codes) for codes, _ in columns.values()}
+        if sizes - {len(rows.ids)}:
+            msg = f"the saved rows at {folder} do not agree in length"
+            raise ValueError(msg)
+        return rows
+
+
+class RowsBuilder:
+    """Rows added in any order, encoded as they come; :meth:`rows` sorts them by id."""
+
+    def __init__(self) -> None:
+        self._ids: list[str] = []
+        self._lengths = array("i")
+        self._metadata: list[bytes] = []
+        self._words: list[bytes] = []
+        self._values: dict[str, dict[tuple[str, Any], int]] = {}
+        self._coded: dict[str, tuple[array[int], array[int], list[Any]]] = {}
+        """Per key: the rows that hold it, their codes, and the values the codes name."""
+        self._wide: set[str] = set()
+
+    def add(self, chunk_id: str, length: int, words: str, metadata: Mapping[str, Any]) -> None:
+        """One row: its id, text length, words (stems joined by spaces) and metadata."""
+        row = len(self._ids)
+        self._ids.append(chunk_id)
+        self._lengths.append(length)
+        self._metadata.append(orjson.dumps(metadata))
+        self._words.append(words.encode())
+        for key, value in metadata.items():
+            if key in self._wide:
+                continue
+            codes = self._values.setdefault(key, {})
+            held = _value_key(value)
+            code = codes.get(held)
+            if code is None:
+                if len(codes) >= COLUMN_VALUES:
+                    self._wide.add(key)
+                    del self._values[key], self._coded[key]
+                    continue
+                code = codes[held] = len(codes)
+                self._coded.setdefault(key, (array("q"), array("i"), []))[2].append(value)
+            rows, row_codes, _ = self._coded.setdefault(key, (array("q"), array("i"), []))
+            rows.append(row)
+            row_codes.append(code)
+
+    def rows(self) -> Rows:
+        """The rows added so far, in id order."""
+        ids = np.array([_encode_id(chunk_id) for chunk_id in self._ids] or [_END])
+        ids = ids[: len(self._ids)]
+        order = np.argsort(ids, kind="stable")
+        columns = {}
+        for key, (rows, codes, values) in self._coded.items():
+            full = np.full(len(ids), _MISSING_CODE, dtype=np.int32)
+            full[np.frombuffer(rows, dtype=np.int64)] = np.frombuffer(codes, dtype=np.int32)
+            columns[key] = (full[order], values)
+        ordered = order.tolist()
+        return Rows(
+            ids[order],
+            np.frombuffer(self._lengths, dtype=np.int32)[order],
+            Blob.of([self._metadata[row] for row in ordered]),
+            Blob.of([self._words[row] for row in ordered]),
+            columns,
+            frozenset(self._wide),
+        )
+
+
+def _value_key(value: Any) -> tuple[str, Any]:
+    """A value as a dict key that keeps its type: ``1``, ``1.0`` and ``True`` stay three."""
+    if isinstance(value, list):
+        return ("list", orjson.dumps(value))
+    return (type(value).__name__, value)
+
+
+def _encode_id(chunk_id: str) -> bytes:
+    return chunk_id.encode("utf-8", "surrogatepass") + _END
+
+
+def _decode_id(stored: bytes) -> str:
+    return bytes(stored)[:-1].decode("utf-8", "surrogatepass")
