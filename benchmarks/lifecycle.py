@@ -1,8 +1,11 @@
 """The keyword index's lifecycle against issue 28's targets, embedded and on a Chroma server.
 
 Usage: ``python benchmarks/lifecycle.py [--chunks 100000] [--added 1000]
-[--places embedded,server] [--json OUT]`` (about 4 minutes at 100k chunks a place; on a shared
-machine hold a lock: ``flock /tmp/bench.lock python benchmarks/lifecycle.py``).
+[--places embedded,server] [--warm 200] [--keep-store DIR] [--json OUT]`` (about 4 minutes at
+100k chunks a place; on a shared machine hold a lock: ``flock /tmp/bench.lock python
+benchmarks/lifecycle.py``). ``--keep-store DIR`` fills the embedded store in ``DIR`` once and
+reuses it after (at 1M chunks the fill alone takes about 16 minutes); each run still builds
+its keyword index from scratch.
 
 For each place (a store on disk in a temporary folder, and a ``chroma run`` on loopback with
 its own machine cache, ``$WINDOW_RETRIEVER_CACHE``):
@@ -13,14 +16,17 @@ its own machine cache, ``$WINDOW_RETRIEVER_CACHE``):
 2. *first process*: a new process's first default query (``ContextWindowRetriever(
    vectorstore=..., total_budget=2000)``), which builds the keyword index from the collection;
 3. *next process*: another new process's first default query, with the index saved by the
-   first (beside the store, or in the machine cache for the server);
+   first (beside the store, or in the machine cache for the server); then ``--warm`` queries
+   through the default and through static windows (``ContextWindowRetriever(k=4)``),
+   interleaved: the warm p50 of each and their ratio, and the process's RSS after them;
 4. *another writer*: a reader process queries in a loop (the default, about ten a second)
    while this process adds ``--added`` chunks through ``add_chunks``, each holding a word no
    other chunk holds. Reported: the seconds from the end of the write until the reader's
    answer first holds one of them, and the slowest of the reader's queries meanwhile.
 
-Each new process also reports its peak RSS (the model-free process: Python, Chroma's client,
-the index).
+Each new process also reports its peak RSS (VmHWM) and its RSS after its first query (VmRSS:
+the model-free process: Python, Chroma's client, and embedded Chroma's own index, the
+keyword index).
 
 The targets (issue 28): at 100k chunks, the next process's first query <= 1 s; the added
 chunks found within 3 s, and no query meanwhile over 1 s.
@@ -31,6 +37,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -65,13 +72,28 @@ retriever = ContextWindowRetriever(vectorstore=store, total_budget=2000)
 """
 
 FIRST = """
+def memory(field):
+    # VmHWM, not ru_maxrss: Linux keeps ru_maxrss across exec (the parent's peak at the fork)
+    return int(open("/proc/self/status").read().split(field + ":")[1].split()[0]) / 1024
+
 started = time.perf_counter()
 retriever.invoke(config["query"])
 seconds = time.perf_counter() - started
-# VmHWM, not ru_maxrss: Linux keeps ru_maxrss across exec (the parent's peak at the fork)
-status = open("/proc/self/status").read().split("VmHWM:")[1]
-peak = int(status.split()[0]) / 1024
-print(json.dumps({"seconds": seconds, "peak_rss_mib": peak}))
+row = {"seconds": seconds, "peak_rss_mib": memory("VmHWM"), "rss_mib": memory("VmRSS")}
+if config.get("warm"):
+    import statistics
+    static = ContextWindowRetriever(vectorstore=store, k=4)
+    times = {"default": [], "static": []}
+    for query in config["warm"]:
+        for name, each in (("default", retriever), ("static", static)):
+            started = time.perf_counter()
+            each.invoke(query)
+            times[name].append(time.perf_counter() - started)
+    p50 = {name: statistics.median(values) * 1000 for name, values in times.items()}
+    row["warm_p50_ms"] = p50
+    row["warm_ratio"] = p50["default"] / p50["static"]
+    row["rss_mib_after_warm"] = memory("VmRSS")
+print(json.dumps(row))
 """
 
 READER = """
@@ -146,7 +168,9 @@ def another_writer(
         reader.wait()
 
 
-def run_place(place: str, chunks: int, added: int, folder: Path) -> dict[str, Any]:
+def run_place(
+    place: str, chunks: int, added: int, folder: Path, warm: int, kept: Path | None = None
+) -> dict[str, Any]:
     env = {**os.environ, "WINDOW_RETRIEVER_CACHE": str(folder / "cache")}
     server = None
     if place == "server":
@@ -155,7 +179,7 @@ def run_place(place: str, chunks: int, added: int, folder: Path) -> dict[str, An
         host, port = url.rsplit("//", 1)[1].split(":")
         client: Any = chromadb.HttpClient(host=host, port=int(port))
     else:
-        config = {"path": str(folder / "store")}
+        config = {"path": str(kept or folder / "store")}
         client = chromadb.PersistentClient(path=config["path"])
     try:
         split, queries = corpus(chunks)
@@ -166,11 +190,16 @@ def run_place(place: str, chunks: int, added: int, folder: Path) -> dict[str, An
             embedding_function=DeterministicFakeEmbedding(size=64),
         )
         started = time.perf_counter()
-        add_chunks(store, split)
         row: dict[str, Any] = {"place": place, "chunks": len(split)}
-        row["fill_seconds"] = time.perf_counter() - started
+        if kept is not None and store._collection.count() >= len(split):
+            row["fill_seconds"] = None  # filled by an earlier run
+        else:
+            add_chunks(store, split)
+            row["fill_seconds"] = time.perf_counter() - started
+        if kept is not None:  # a build of its own, not an earlier run's saved index
+            shutil.rmtree(kept / "window_retriever_keyword", ignore_errors=True)
         row["first_process"] = first_query(config, env)
-        row["next_process"] = first_query(config, env)
+        row["next_process"] = first_query({**config, "warm": queries[1 : 1 + warm]}, env)
         row |= another_writer(store, config, env, added)
         print(json.dumps(row), flush=True)
         return row
@@ -186,11 +215,14 @@ def main() -> None:
     parser.add_argument("--added", type=int, default=1000)
     parser.add_argument("--places", default="embedded,server")
     parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument("--warm", type=int, default=200)
+    parser.add_argument("--keep-store", type=Path, default=None)
     args = parser.parse_args()
     rows = []
     for place in args.places.split(","):
+        kept = args.keep_store if place == "embedded" else None
         with tempfile.TemporaryDirectory() as folder:
-            rows.append(run_place(place, args.chunks, args.added, Path(folder)))
+            rows.append(run_place(place, args.chunks, args.added, Path(folder), args.warm, kept))
     if args.json:
         args.json.write_text(json.dumps(rows, indent=2) + "\n", encoding="utf-8")
 

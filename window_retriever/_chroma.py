@@ -566,30 +566,24 @@ class ChromaKeywordSource:
         metadatas: list[Mapping[str, Any]] = []
         with store_errors(self.vectorstore):
             collection = self._collection or self._client.get_collection(self.name)
-            for start in range(0, len(ids), PAGE_SIZE):
-                page = collection.get(
-                    ids=list(ids[start : start + PAGE_SIZE]), include=["documents", "metadatas"]
-                )
-                page_ids, page_documents, page_metadatas = _records(page)
+            for page_ids, page_documents, page_metadatas in _by_id(collection, ids, PAGE_SIZE):
                 found_ids += page_ids
                 documents += page_documents
                 metadatas += page_metadatas
         return found_ids, documents, metadatas
 
     def pages(self, size: int) -> Iterator[tuple[list[str], list[str], list[Mapping[str, Any]]]]:
-        """``get`` of documents and metadatas, a page at a time, from the collection last found."""
+        """Every id in one ``get(include=[])``, then their records by id, ``size`` at a time.
+
+        From the collection the last check found. Not ``limit`` / ``offset`` pages: Chroma
+        scans past the offset on every page, so a read of every record would cost the square
+        of their number (docs/benchmarks.md, "The keyword index's lifecycle").
+        """
         collection = self._collection
         with store_errors(self.vectorstore):
             if collection is None:
                 collection = self._client.get_collection(self.name)
-            offset = 0
-            while True:
-                page = collection.get(include=["documents", "metadatas"], limit=size, offset=offset)
-                ids, documents, metadatas = _records(page)
-                yield ids, documents, metadatas
-                offset += len(ids)
-                if len(ids) < size:
-                    break
+            yield from _by_id(collection, collection.get(include=[])["ids"], size)
 
     def allowed_ids(
         self,
@@ -613,6 +607,17 @@ class ChromaKeywordSource:
                 if len(page["ids"]) < size:
                     break
         return allowed
+
+
+def _by_id(
+    collection: Any, ids: Sequence[str], size: int
+) -> Iterator[tuple[list[str], list[str], list[Mapping[str, Any]]]]:
+    """The records of ``ids`` that are stored, ``size`` ids a ``get`` (:func:`_records`)."""
+    for start in range(0, len(ids), size):
+        page = collection.get(
+            ids=list(ids[start : start + size]), include=["documents", "metadatas"]
+        )
+        yield _records(page)
 
 
 def _records(page: Mapping[str, Any]) -> tuple[list[str], list[str], list[Mapping[str, Any]]]:

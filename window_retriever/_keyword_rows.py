@@ -197,6 +197,18 @@ class Rows:
         return rows
 
 
+class _Coding:
+    """One metadata key's column while rows are added: a code per value, the rows that hold it."""
+
+    __slots__ = ("codes", "row_codes", "rows", "values")
+
+    def __init__(self) -> None:
+        self.codes: dict[tuple[type, Any], int] = {}
+        self.values: list[Any] = []
+        self.rows = array("q")
+        self.row_codes = array("i")
+
+
 class RowsBuilder:
     """Rows added in any order, encoded as they come; :meth:`rows` sorts them by id."""
 
@@ -205,10 +217,8 @@ class RowsBuilder:
         self._lengths = array("i")
         self._metadata: list[bytes] = []
         self._words: list[bytes] = []
-        self._values: dict[str, dict[tuple[str, Any], int]] = {}
-        self._coded: dict[str, tuple[array[int], array[int], list[Any]]] = {}
-        """Per key: the rows that hold it, their codes, and the values the codes name."""
-        self._wide: set[str] = set()
+        self._columns: dict[str, _Coding | None] = {}
+        """Per key: its coding, or None once it has too many values for a column."""
 
     def add(self, chunk_id: str, length: int, words: str, metadata: Mapping[str, Any]) -> None:
         """One row: its id, text length, words (stems joined by spaces) and metadata."""
@@ -217,22 +227,23 @@ class RowsBuilder:
         self._lengths.append(length)
         self._metadata.append(orjson.dumps(metadata))
         self._words.append(words.encode())
+        columns = self._columns
         for key, value in metadata.items():
-            if key in self._wide:
-                continue
-            codes = self._values.setdefault(key, {})
-            held = _value_key(value)
-            code = codes.get(held)
+            coding = columns.get(key, _NEW)
+            if coding is None:
+                continue  # too many values: decided row by row
+            if coding is _NEW:
+                coding = columns[key] = _Coding()
+            held = (value.__class__, orjson.dumps(value) if value.__class__ is list else value)
+            code = coding.codes.get(held)
             if code is None:
-                if len(codes) >= COLUMN_VALUES:
-                    self._wide.add(key)
-                    del self._values[key], self._coded[key]
+                if len(coding.values) >= COLUMN_VALUES:
+                    columns[key] = None
                     continue
-                code = codes[held] = len(codes)
-                self._coded.setdefault(key, (array("q"), array("i"), []))[2].append(value)
-            rows, row_codes, _ = self._coded.setdefault(key, (array("q"), array("i"), []))
-            rows.append(row)
-            row_codes.append(code)
+                code = coding.codes[held] = len(coding.values)  # 1, 1.0 and True: three values
+                coding.values.append(value)
+            coding.rows.append(row)
+            coding.row_codes.append(code)
 
     def rows(self) -> Rows:
         """The rows added so far, in id order."""
@@ -240,10 +251,13 @@ class RowsBuilder:
         ids = ids[: len(self._ids)]
         order = np.argsort(ids, kind="stable")
         columns = {}
-        for key, (rows, codes, values) in self._coded.items():
-            full = np.full(len(ids), _MISSING_CODE, dtype=np.int32)
-            full[np.frombuffer(rows, dtype=np.int64)] = np.frombuffer(codes, dtype=np.int32)
-            columns[key] = (full[order], values)
+        for key, coding in self._columns.items():
+            if coding is not None:
+                full = np.full(len(ids), _MISSING_CODE, dtype=np.int32)
+                full[np.frombuffer(coding.rows, dtype=np.int64)] = np.frombuffer(
+                    coding.row_codes, dtype=np.int32
+                )
+                columns[key] = (full[order], coding.values)
         ordered = order.tolist()
         return Rows(
             ids[order],
@@ -251,15 +265,11 @@ class RowsBuilder:
             Blob.of([self._metadata[row] for row in ordered]),
             Blob.of([self._words[row] for row in ordered]),
             columns,
-            frozenset(self._wide),
+            frozenset(key for key, coding in self._columns.items() if coding is None),
         )
 
 
-def _value_key(value: Any) -> tuple[str, Any]:
-    """A value as a dict key that keeps its type: ``1``, ``1.0`` and ``True`` stay three."""
-    if isinstance(value, list):
-        return ("list", orjson.dumps(value))
-    return (type(value).__name__, value)
+_NEW: Any = object()
 
 
 def _encode_id(chunk_id: str) -> bytes:
