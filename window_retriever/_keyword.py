@@ -672,21 +672,14 @@ class KeywordIndex:
             return None
         ids, documents, metadatas = self._source.records(sorted(changed))
         kept = np.ones(len(rows), dtype=bool)
-        kept[[row for row in rows.rows_of(sorted(changed)).tolist() if row >= 0]] = False
+        found = rows.rows_of(sorted(changed))
+        kept[found[found >= 0]] = False
         if int(np.count_nonzero(kept)) + len(ids) != fingerprint.count:
             return None
-        try:
-            builder = RowsBuilder()
-            for row in np.flatnonzero(kept).tolist():
-                builder.add(
-                    rows.id(row), int(rows.lengths[row]), rows.words_at(row), rows.metadata_at(row)
-                )
-        except (OSError, ValueError) as error:  # its files damaged since: the caller rebuilds
-            logger.debug("the keyword index's rows could not be read: %s", error)
-            return None
+        builder = RowsBuilder()
         for chunk_id, text, metadata in zip(ids, documents, metadatas, strict=True):
             builder.add(chunk_id, len(text), " ".join(_stems(text)), metadata)
-        snapshot = _indexed(fingerprint, builder.rows(), self.directory)
+        snapshot = _indexed(fingerprint, rows.merged(kept, builder.rows()), self.directory)
         self.catch_ups += 1
         return snapshot
 

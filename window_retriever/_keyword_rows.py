@@ -56,6 +56,35 @@ class Blob:
         start = int(self.ends[row - 1]) if row else 0
         return self.data[start : int(self.ends[row])].tobytes()
 
+    def starts(self, rows: np.ndarray) -> np.ndarray:
+        """Where each of ``rows`` starts in ``data``."""
+        starts: np.ndarray = np.where(rows > 0, self.ends[rows - 1], 0)
+        return starts
+
+    @staticmethod
+    def merged(held: Blob, rows: np.ndarray, added: Blob, from_added: np.ndarray) -> Blob:
+        """``held``'s ``rows`` and every row of ``added``, placed where ``from_added`` says.
+
+        Copied in runs of rows that lie end to end in one blob (few: one more each row
+        removed or added), not row by row.
+        """
+        total = len(from_added)
+        if not total:
+            return Blob(np.empty(0, dtype=np.uint8), np.empty(0, dtype=np.int64))
+        starts = np.empty(total, dtype=np.int64)
+        ends = np.empty(total, dtype=np.int64)
+        starts[~from_added], ends[~from_added] = held.starts(rows), held.ends[rows]
+        every = np.arange(len(added.ends))
+        starts[from_added], ends[from_added] = added.starts(every), added.ends
+        breaks = (from_added[1:] != from_added[:-1]) | (starts[1:] != ends[:-1])
+        firsts = np.flatnonzero(np.concatenate([[True], breaks]))
+        lasts = np.append(firsts[1:] - 1, total - 1)
+        pieces = [
+            (added if from_added[first] else held).data[starts[first] : ends[last]]
+            for first, last in zip(firsts.tolist(), lasts.tolist(), strict=True)
+        ]
+        return Blob(np.concatenate(pieces), np.cumsum(ends - starts))
+
 
 class Rows:
     """Every chunk an index holds, a row each in id order (see the module docstring).
@@ -117,6 +146,53 @@ class Rows:
 
     def words_at(self, row: int) -> str:
         return self.words[row].decode()
+
+    def merged(self, kept: np.ndarray, added: Rows) -> Rows:
+        """The rows ``kept`` passes and every row of ``added`` (other ids), in id order.
+
+        What a catch-up holds: array operations, no loop over the rows kept.
+        """
+        rows = np.flatnonzero(kept)
+        held_ids = self.ids[rows]
+        total = len(rows) + len(added)
+        from_added = np.zeros(total, dtype=bool)
+        from_added[np.searchsorted(held_ids, added.ids) + np.arange(len(added))] = True
+        size = max(self.ids.dtype.itemsize, added.ids.dtype.itemsize)
+        ids = np.empty(total, dtype=f"S{size}")
+        ids[~from_added], ids[from_added] = held_ids, added.ids
+        lengths = np.empty(total, dtype=np.int32)
+        lengths[~from_added], lengths[from_added] = self.lengths[rows], added.lengths
+        wide = self.wide | added.wide
+        columns = {}
+        for key in sorted((self.columns.keys() | added.columns.keys()) - wide):
+            codes = np.full(total, _MISSING_CODE, dtype=np.int32)
+            values: list[Any] = []
+            if key in self.columns:
+                held_codes, held_values = self.columns[key]
+                codes[~from_added], values = held_codes[rows], list(held_values)
+            if key in added.columns:
+                added_codes, added_values = added.columns[key]
+                code_of = {_value_key(value): code for code, value in enumerate(values)}
+                renamed = np.full(len(added_values) + 1, _MISSING_CODE, dtype=np.int32)
+                for code, value in enumerate(added_values):
+                    held = _value_key(value)
+                    if held not in code_of:
+                        code_of[held] = len(values)
+                        values.append(value)
+                    renamed[code] = code_of[held]
+                codes[from_added] = renamed[added_codes]
+            if len(values) > COLUMN_VALUES:
+                wide |= {key}
+            else:
+                columns[key] = (codes, values)
+        return Rows(
+            ids,
+            lengths,
+            Blob.merged(self.metadata, rows, added.metadata, from_added),
+            Blob.merged(self.words, rows, added.words, from_added),
+            columns,
+            wide,
+        )
 
     def mask(self, tree: Tree) -> np.ndarray:
         """The rows ``tree`` passes, as a boolean array."""
@@ -234,7 +310,7 @@ class RowsBuilder:
                 continue  # too many values: decided row by row
             if coding is _NEW:
                 coding = columns[key] = _Coding()
-            held = (value.__class__, orjson.dumps(value) if value.__class__ is list else value)
+            held = _value_key(value)
             code = coding.codes.get(held)
             if code is None:
                 if len(coding.values) >= COLUMN_VALUES:
@@ -270,6 +346,11 @@ class RowsBuilder:
 
 
 _NEW: Any = object()
+
+
+def _value_key(value: Any) -> tuple[type, Any]:
+    """A value as a dict key that keeps its type: ``1``, ``1.0`` and ``True`` stay three."""
+    return (value.__class__, orjson.dumps(value) if value.__class__ is list else value)
 
 
 def _encode_id(chunk_id: str) -> bytes:

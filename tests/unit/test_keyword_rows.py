@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -115,3 +116,50 @@ def test_no_rows() -> None:
     assert tree is not None
     assert len(rows) == 0 and rows.mask(tree).tolist() == []
     assert rows.rows_of(["a"]).tolist() == [-1]
+
+
+record_ids = st.text(alphabet=st.sampled_from(["a", "b", "c", "\x00", "é"]), min_size=1, max_size=4)
+metadata = st.dictionaries(
+    st.sampled_from(["a", "b", "t"]),
+    st.sampled_from([0, 1, 1.0, True, "x", "", [1, 2]]),
+    max_size=3,
+)
+records = st.dictionaries(record_ids, st.tuples(st.text(max_size=5), metadata), max_size=25)
+
+
+@pytest.mark.parametrize("column_values", [keyword_rows.COLUMN_VALUES, 2])
+@settings(
+    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(held=records, added=records, removed=st.sets(record_ids, max_size=10), where=filters)
+def test_rows_merged_are_the_rows_built_from_the_same_records(
+    monkeypatch: pytest.MonkeyPatch,
+    column_values: int,
+    held: dict[str, tuple[str, dict[str, Any]]],
+    added: dict[str, tuple[str, dict[str, Any]]],
+    removed: set[str],
+    where: dict[str, Any],
+) -> None:
+    """A catch-up's rows (held minus removed and rewritten, plus added) against a build's."""
+    monkeypatch.setattr(keyword_rows, "COLUMN_VALUES", column_values)
+
+    def built(chunks: dict[str, tuple[str, dict[str, Any]]]) -> Rows:
+        builder = RowsBuilder()
+        for chunk_id, (words, meta) in chunks.items():
+            builder.add(chunk_id, len(words) * 3, words, meta)
+        return builder.rows()
+
+    before = built(held)
+    gone = removed | set(added)
+    kept = ~np.isin(np.arange(len(before)), before.rows_of(sorted(gone)))
+    merged = before.merged(kept, built(added))
+    expected = built({**{i: r for i, r in held.items() if i not in gone}, **added})
+
+    every = range(len(expected))
+    assert merged.ids_at(range(len(merged))) == expected.ids_at(every)
+    assert merged.lengths.tolist() == expected.lengths.tolist()
+    assert [merged.metadata_at(r) for r in every] == [expected.metadata_at(r) for r in every]
+    assert [merged.words_at(r) for r in every] == [expected.words_at(r) for r in every]
+    tree = compile_tree(where)
+    assert tree is not None
+    assert merged.mask(tree).tolist() == expected.mask(tree).tolist()
