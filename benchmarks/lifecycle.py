@@ -3,9 +3,10 @@
 Usage: ``python benchmarks/lifecycle.py [--chunks 100000] [--added 1000]
 [--places embedded,server] [--warm 200] [--keep-store DIR] [--json OUT]`` (about 4 minutes at
 100k chunks a place; on a shared machine hold a lock: ``flock /tmp/bench.lock python
-benchmarks/lifecycle.py``). ``--keep-store DIR`` fills the embedded store in ``DIR`` once and
-reuses it after (at 1M chunks the fill alone takes about 16 minutes); each run still builds
-its keyword index from scratch.
+benchmarks/lifecycle.py``). ``--keep-store DIR`` fills the store in ``DIR`` once and reuses
+it after, opened embedded or by the ``chroma run`` of each run (at 1M chunks the fill alone
+takes about 16 minutes); each run still builds its keyword index from scratch, and adds its
+``--added`` chunks to the store.
 
 For each place (a store on disk in a temporary folder, and a ``chroma run`` on loopback with
 its own machine cache, ``$WINDOW_RETRIEVER_CACHE``):
@@ -174,7 +175,7 @@ def run_place(
     env = {**os.environ, "WINDOW_RETRIEVER_CACHE": str(folder / "cache")}
     server = None
     if place == "server":
-        server, url = start_server(folder / "server")
+        server, url = start_server(kept or folder / "server")
         config: dict[str, Any] = {"url": url}
         host, port = url.rsplit("//", 1)[1].split(":")
         client: Any = chromadb.HttpClient(host=host, port=int(port))
@@ -220,9 +221,11 @@ def main() -> None:
     args = parser.parse_args()
     rows = []
     for place in args.places.split(","):
-        kept = args.keep_store if place == "embedded" else None
         with tempfile.TemporaryDirectory() as folder:
-            rows.append(run_place(place, args.chunks, args.added, Path(folder), args.warm, kept))
+            row = run_place(
+                place, args.chunks, args.added, Path(folder), args.warm, args.keep_store
+            )
+            rows.append(row)
     if args.json:
         args.json.write_text(json.dumps(rows, indent=2) + "\n", encoding="utf-8")
 

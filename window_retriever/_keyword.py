@@ -13,11 +13,12 @@ stays the source of truth:
 - built from the collection's own documents, read in pages: lower-cased words of two
   characters or more, Lucene's English stop words out, Snowball English stems in (the
   tokenisation this index has always had), each row's stems indexed by tantivy's whitespace
-  tokenizer, and each chunk's metadata and text length kept beside it
-  (:meth:`KeywordIndex.indexed`: adaptive selection chooses by them before it reads, see
+  tokenizer, and each chunk's id, text length, metadata and stems kept beside it as a few
+  arrays, not a Python object per chunk (``_keyword_rows``; :meth:`KeywordIndex.indexed`:
+  adaptive selection chooses by the lengths and metadata before it reads, see
   ``_strategies.Adaptive``);
-- saved (written in a temporary folder, then renamed into place) so that a new process loads
-  it instead of rebuilding while the collection has not changed: beside an embedded store
+- saved (written in a temporary folder, then renamed into place) so that a new process maps
+  it into memory instead of rebuilding while the collection has not changed: beside an embedded store
   under ``<persist_directory>/window_retriever_keyword/<collection id>/``, and for a store on a
   server in this machine's cache (:func:`cache_directory`), one folder per server, tenant and
   database, shared by every process on the machine.
@@ -64,8 +65,9 @@ told by ``ChromaKeywordSource``.
 
 Filters
 -------
-``where`` is decided exactly as Chroma decides it: by :func:`~window_retriever._filters.
-compile_where` over the metadata held with the index, once per filter and snapshot (a mask of
+``where`` is decided exactly as Chroma decides it: by the tests of
+:func:`~window_retriever._filters.compile_tree` over the metadata held with the index (a key
+of few values once per value, see ``_keyword_rows``), once per filter and snapshot (a mask of
 the rows it passes, the last :data:`_PASSING_KEPT` filters kept); a filter it cannot decide, and
 any ``where_document`` (Chroma's ``$contains`` / ``$regex`` are case-sensitive and its regex
 dialect is Rust's), is given to Chroma itself, which returns the ids that pass
