@@ -18,10 +18,10 @@ stays the source of truth:
   adaptive selection chooses by the lengths and metadata before it reads, see
   ``_strategies.Adaptive``);
 - saved (written in a temporary folder, then renamed into place) so that a new process maps
-  it into memory instead of rebuilding while the collection has not changed: beside an embedded store
-  under ``<persist_directory>/window_retriever_keyword/<collection id>/``, and for a store on a
-  server in this machine's cache (:func:`cache_directory`), one folder per server, tenant and
-  database, shared by every process on the machine.
+  it into memory instead of rebuilding while the collection has not changed: beside an
+  embedded store under ``<persist_directory>/window_retriever_keyword/<collection id>/``,
+  and for a store on a server in this machine's cache (:func:`cache_directory`), one folder
+  per server, tenant and database, shared by every process on the machine.
 
 Why tantivy, and what it costs at 10k, 100k and 1M chunks against ``bm25s`` and SQLite FTS5:
 docs/benchmarks.md ("Keyword engines side by side").
