@@ -19,7 +19,9 @@ its own machine cache, ``$WINDOW_RETRIEVER_CACHE``):
 3. *next process*: another new process's first default query, with the index saved by the
    first (beside the store, or in the machine cache for the server); then ``--warm`` queries
    through the default and through static windows (``ContextWindowRetriever(k=4)``),
-   interleaved: the warm p50 of each and their ratio, and the process's RSS after them;
+   interleaved: the warm p50 of each and their ratio, and the process's RSS after them; the
+   same in a process that runs static windows alone (*static process*: no keyword index, the
+   baseline of the RSS);
 4. *another writer*: a reader process queries in a loop (the default, about ten a second)
    while this process adds ``--added`` chunks through ``add_chunks``, each holding a word no
    other chunk holds. Reported: the seconds from the end of the write until the reader's
@@ -77,6 +79,8 @@ def memory(field):
     # VmHWM, not ru_maxrss: Linux keeps ru_maxrss across exec (the parent's peak at the fork)
     return int(open("/proc/self/status").read().split(field + ":")[1].split()[0]) / 1024
 
+if config.get("static_only"):  # the baseline: a process that never makes a keyword index
+    retriever = ContextWindowRetriever(vectorstore=store, k=4)
 started = time.perf_counter()
 retriever.invoke(config["query"])
 seconds = time.perf_counter() - started
@@ -94,6 +98,7 @@ if config.get("warm"):
     row["warm_p50_ms"] = p50
     row["warm_ratio"] = p50["default"] / p50["static"]
     row["rss_mib_after_warm"] = memory("VmRSS")
+    row["peak_rss_mib_after_warm"] = memory("VmHWM")
 print(json.dumps(row))
 """
 
@@ -201,6 +206,8 @@ def run_place(
             shutil.rmtree(kept / "window_retriever_keyword", ignore_errors=True)
         row["first_process"] = first_query(config, env)
         row["next_process"] = first_query({**config, "warm": queries[1 : 1 + warm]}, env)
+        static = {**config, "warm": queries[1 : 1 + warm], "static_only": True}
+        row["static_process"] = first_query(static, env)
         row |= another_writer(store, config, env, added)
         print(json.dumps(row), flush=True)
         return row
