@@ -45,7 +45,8 @@ from window_retriever._protocol import (
 )
 
 if TYPE_CHECKING:
-    from window_retriever._keyword import Fingerprint, KeywordIndex
+    from window_retriever._keyword import KeywordIndex
+    from window_retriever._keyword_engine import Fingerprint
 
 logger = logging.getLogger(__name__)
 
@@ -455,7 +456,8 @@ class ChromaKeywordSource:
 
     def fingerprint(self) -> Fingerprint:
         """``get_collection`` (its id and generation token) and ``count``."""
-        from window_retriever._keyword import GENERATION_KEY, Fingerprint
+        from window_retriever._keyword import GENERATION_KEY
+        from window_retriever._keyword_engine import Fingerprint
 
         with store_errors(self.vectorstore):
             collection = self._client.get_collection(self.name)

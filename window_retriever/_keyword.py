@@ -93,19 +93,14 @@ file), is dropped and rebuilt from the collection, never served.
 
 from __future__ import annotations
 
-import contextlib
-import functools
 import hashlib
 import itertools
 import logging
 import math
 import os
-import re
 import shutil
 import threading
 import time
-import uuid
-import zlib
 from collections import OrderedDict
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -116,6 +111,15 @@ import numpy as np
 
 from window_retriever._errors import ConfigurationError
 from window_retriever._filters import Predicate, Tree, compile_tree, predicate_of
+from window_retriever._keyword_engine import (
+    Built,
+    Engine,
+    Fingerprint,
+    build,
+    engine_failed,
+    load,
+    stems,
+)
 from window_retriever._keyword_rows import Rows, RowsBuilder
 
 logger = logging.getLogger(__name__)
@@ -141,30 +145,12 @@ CACHE_VARIABLE = "WINDOW_RETRIEVER_CACHE"
 PAGE_SIZE = 5000
 """Records read per ``get`` while building (Chroma caps a batch at 5,461 on this machine)."""
 
-FORMAT = 4
-"""The saved index's layout; another value (or other tokenizer settings) means rebuild (4: the
-rows as arrays, ``_keyword_rows``)."""
-
-_TOKENIZER = {"stopwords": "en", "stemmer": "english", "lower": True, "pattern": r"(?u)\b\w\w+\b"}
-_ENGINE = {"name": "tantivy", "version": "0.27", "k1": 1.2, "b": 0.75}
 _MASKS_KEPT = 16
 _CATCH_UP_ROWS = 1000
 """A catch-up that reads at most this many records (or a quarter of the rows) goes ahead."""
 _PASSING_KEPT = 64
 _DISTRUST_SECONDS = 60.0
 _READ_KEPT = 65_536
-
-
-@dataclass(frozen=True, slots=True)
-class Fingerprint:
-    """What tells one state of a collection from another, cheaply."""
-
-    collection_id: str
-    count: int
-    generation: str | None
-
-    def as_json(self) -> dict[str, Any]:
-        return {"collection_id": self.collection_id, "count": self.count, "gen": self.generation}
 
 
 class KeywordSource(Protocol):
@@ -254,13 +240,17 @@ class _Snapshot:
 
     fingerprint: Fingerprint
     rows: Rows
-    engine: _Engine | None  # over the rows that hold at least one word; None if none does
+    engine: Engine | None  # over the rows that hold at least one word; None if none does
     read: dict[str, tuple[int, Mapping[str, Any]]] = field(default_factory=dict)
     """Chunks read since the build that differed from it (``KeywordIndex.correct``)."""
     masks: OrderedDict[bytes, np.ndarray] = field(default_factory=OrderedDict)
     passing: OrderedDict[str, _Passing] = field(default_factory=OrderedDict)
     distrusted_at: float = -math.inf
     """When Chroma last refused a search by its ids (:meth:`KeywordIndex.distrust`)."""
+
+    @classmethod
+    def of(cls, built: Built) -> _Snapshot:
+        return cls(built.fingerprint, built.rows, built.engine)
 
 
 @dataclass(slots=True)
@@ -408,10 +398,10 @@ class KeywordIndex:
         """
         if k <= 0:
             return []
-        stems = _stems(query)
+        words = stems(query)
         for _attempt in range(2):
             snapshot = self._current()
-            if snapshot.engine is None or not stems:
+            if snapshot.engine is None or not words:
                 return []
             mask = None
             tree = compile_tree(where) if where_document is None else None
@@ -420,10 +410,10 @@ class KeywordIndex:
             elif where is not None:
                 mask = self._passing(snapshot, where, tree).mask
             try:
-                hits = snapshot.engine.top(stems, k, mask)
+                hits = snapshot.engine.top(words, k, mask)
                 break
             except BaseException as error:
-                if not _engine_failed(error):
+                if not engine_failed(error):
                     raise
                 self._discard(snapshot, error)  # a damaged file the open did not read
         else:
@@ -680,8 +670,9 @@ class KeywordIndex:
             return None
         builder = RowsBuilder()
         for chunk_id, text, metadata in zip(ids, documents, metadatas, strict=True):
-            builder.add(chunk_id, len(text), " ".join(_stems(text)), metadata)
-        snapshot = _indexed(fingerprint, rows.merged(kept, builder.rows()), self.directory)
+            builder.add(chunk_id, len(text), " ".join(stems(text)), metadata)
+        merged = rows.merged(kept, builder.rows())
+        snapshot = _Snapshot.of(build(fingerprint, merged, self.directory))
         self.catch_ups += 1
         return snapshot
 
@@ -724,7 +715,7 @@ class KeywordIndex:
             fingerprint = after  # written to while read: read again
         self.builds += 1
         target = None if not settled or self.directory is None else self.directory
-        snapshot = _indexed(fingerprint, rows, target)
+        snapshot = _Snapshot.of(build(fingerprint, rows, target))
         if not settled:
             self._stale = snapshot
         return snapshot
@@ -733,10 +724,10 @@ class KeywordIndex:
         """The saved copy of this collection: at ``fingerprint``, or (not ``exact``) at any."""
         if self.directory is None:
             return None
-        snapshot = _load(self.directory / fingerprint.collection_id, fingerprint, exact=exact)
-        if snapshot is not None and exact:
+        built = load(self.directory / fingerprint.collection_id, fingerprint, exact=exact)
+        if built is not None and exact:
             self.loads += 1
-        return snapshot
+        return None if built is None else _Snapshot.of(built)
 
     def _allowed(
         self,
@@ -794,7 +785,7 @@ class KeywordIndex:
         builder = RowsBuilder()
         for ids, documents, metadatas in self._source.pages(PAGE_SIZE):
             for chunk_id, text, metadata in zip(ids, documents, metadatas, strict=True):
-                builder.add(chunk_id, len(text), " ".join(_stems(text)), metadata)
+                builder.add(chunk_id, len(text), " ".join(stems(text)), metadata)
         return builder.rows()
 
 
@@ -848,280 +839,3 @@ def _check_interval(value: float) -> None:
     if math.isinf(value):
         msg = "check_interval must be finite: an index that never checks misses other writers"
         raise ConfigurationError(msg + f"; use e.g. {DEFAULT_CHECK_INTERVAL}")
-
-
-# ---- the engine: tantivy, over the stems of each chunk ---------------------------------------
-
-_STOPWORDS = frozenset(
-    (  # noqa: SIM905 - one list to read against Lucene's
-        "a an and are as at be but by for if in into is it no not of on or such that the their "
-        "then there these they this to was will with"
-    ).split()
-)
-"""Lucene's English stop words (the set ``bm25s`` calls ``"en"``, which the index used before)."""
-
-_words = re.compile(str(_TOKENIZER["pattern"])).findall
-
-
-class _Stemmers(threading.local):
-    """One Snowball stemmer per thread (PyStemmer's objects are not thread-safe)."""
-
-    stemmer: Any = None
-
-
-_stemmers = _Stemmers()
-
-
-def _stems(text: str) -> list[str]:
-    """Lower-cased words of two characters or more, stop words out, Snowball stems, in order."""
-    if _stemmers.stemmer is None:
-        import Stemmer
-
-        _stemmers.stemmer = Stemmer.Stemmer(_TOKENIZER["stemmer"])
-    words = [word for word in _words(text.lower()) if word not in _STOPWORDS]
-    stems: list[str] = _stemmers.stemmer.stemWords(words)
-    return stems
-
-
-@functools.cache
-def _tantivy() -> Any:
-    import tantivy
-
-    return tantivy
-
-
-_WRITER_HEAP = 128 * 2**20
-"""The writer's memory while indexing (tantivy flushes a segment when it is full)."""
-
-_GROWTH = 4
-"""How many times more hits a filtered search asks for when too few of them pass."""
-
-_SMALL_FILTER = 4096
-"""A filter that passes at most this many rows is searched within them (a set of rows)."""
-
-
-class _Engine:
-    """A tantivy index of the rows that hold a word, and its searcher.
-
-    Two fields: ``words`` (the row's stems, ranked by tantivy's BM25: k1 1.2, b 0.75) and
-    ``row`` (its row in the snapshot's ``ids``, a fast field).
-    """
-
-    def __init__(self, index: Any) -> None:
-        self.index = index
-        index.reload()  # the reader sees the last commit now, not after tantivy's delay
-        self.searcher = index.searcher()
-
-    @staticmethod
-    def schema() -> Any:
-        tantivy = _tantivy()
-        builder = tantivy.SchemaBuilder()
-        builder.add_text_field("words", tokenizer_name="whitespace", index_option="freq")
-        builder.add_unsigned_field("row", indexed=True, fast=True)
-        return builder.build()
-
-    def top(self, stems: list[str], k: int, mask: np.ndarray | None) -> list[tuple[int, float]]:
-        """The ``k`` best rows (``mask`` passes, if given) and their scores; ties by row."""
-        tantivy = _tantivy()
-        schema, should = self.index.schema, tantivy.Occur.Should
-        clauses = [(should, tantivy.Query.term_query(schema, "words", stem)) for stem in stems]
-        query = tantivy.Query.boolean_query(clauses)  # a repeated word counts once per repeat
-        passing = None if mask is None else int(np.count_nonzero(mask))
-        if passing == 0:
-            return []
-        if mask is not None and passing is not None and passing <= _SMALL_FILTER:
-            rows = tantivy.Query.term_set_query(schema, "row", np.flatnonzero(mask).tolist())
-            within = tantivy.Query.const_score_query(rows, 0.0)  # adds nothing to the score
-            query = tantivy.Query.boolean_query(
-                [(tantivy.Occur.Must, query), (tantivy.Occur.Must, within)]
-            )
-            mask = None
-        limit = k + 8
-        if mask is not None and passing is not None:
-            limit = int(limit * len(mask) / passing * 1.5)
-        while True:
-            found = self.searcher.search(query, limit, count=False).hits
-            rows = self.searcher.fast_field_values("row", [address for _, address in found])
-            hits = sorted(
-                zip(rows, (score for score, _ in found), strict=True),
-                key=lambda hit: (-hit[1], hit[0]),
-            )
-            if mask is not None:
-                hits = [hit for hit in hits if mask[hit[0]]]
-            if len(found) < limit:  # every matching row was seen
-                return hits[:k]
-            if len(hits) > k and hits[k - 1][1] > found[-1][0]:
-                return hits[:k]  # no row past the limit can tie or beat the k-th
-            limit *= _GROWTH
-
-
-def _engine_failed(error: BaseException) -> bool:
-    """Whether tantivy failed: its errors, and pyo3's ``PanicException`` (a ``BaseException``)."""
-    return isinstance(error, ValueError | OSError) or type(error).__name__ == "PanicException"
-
-
-def _index(
-    fingerprint: Fingerprint,
-    ids: list[str],
-    documents: list[str],
-    metadatas: list[Mapping[str, Any]],
-    directory: Path | None,
-) -> _Snapshot:
-    """Tokenise the records and index them (:func:`_indexed`)."""
-    builder = RowsBuilder()
-    for chunk_id, text, metadata in zip(ids, documents, metadatas, strict=True):
-        builder.add(chunk_id, len(text), " ".join(_stems(text)), metadata)
-    return _indexed(fingerprint, builder.rows(), directory)
-
-
-def _indexed(fingerprint: Fingerprint, rows: Rows, directory: Path | None) -> _Snapshot:
-    """Index the rows (those without a word stay out of the engine); saved under ``directory``.
-
-    Saved, the snapshot serves the saved files (mapped into memory), not the arrays given.
-    """
-    tantivy = _tantivy()
-    target = None if directory is None else directory / fingerprint.collection_id
-    temporary = None if target is None else target.parent / f".{target.name}.tmp-{uuid.uuid4().hex}"
-    if temporary is not None and target is not None:
-        try:
-            temporary.mkdir(parents=True)
-            _sweep(target, temporary)
-        except OSError as error:
-            logger.warning("the keyword index could not be saved at %s: %s", target, error)
-            temporary = target = None
-    index = tantivy.Index(_Engine.schema(), path=None if temporary is None else str(temporary))
-    writer = index.writer(_WRITER_HEAP, 1)
-    indexed = 0
-    for row in range(len(rows)):
-        text = rows.words_at(row)
-        if text:
-            document = tantivy.Document()
-            document.add_text("words", text)
-            document.add_unsigned("row", row)
-            writer.add_document(document)
-            indexed += 1
-    writer.commit()
-    writer.wait_merging_threads()
-    if temporary is not None and target is not None:
-        saved = _saved(temporary, target, fingerprint, rows, indexed)
-        if saved is None:  # not saved (logged): the same rows in memory
-            return _indexed(fingerprint, rows, None)
-        return saved
-    return _Snapshot(fingerprint, rows, _Engine(index) if indexed else None)
-
-
-# ---- saved beside an embedded store, or in the machine's cache for a server -------------------
-
-
-def _saved(
-    temporary: Path, target: Path, fingerprint: Fingerprint, rows: Rows, indexed: int
-) -> _Snapshot | None:
-    """Move the index built in ``temporary`` to ``target`` whole or not at all; open it there.
-
-    A reader never sees a half-written index: it finds the old one, the new one, or none (and
-    builds). A failure to write (a read-only directory) is logged and gives None.
-    """
-    import orjson
-
-    old = target.parent / f".{target.name}.old-{uuid.uuid4().hex}"
-    try:
-        rows.save(temporary)
-        state = {"format": FORMAT, "tokenizer": _TOKENIZER, "engine": _ENGINE, "indexed": indexed}
-        state["fingerprint"] = fingerprint.as_json()
-        state["files"] = _checksums(temporary)
-        (temporary / "state.json").write_bytes(orjson.dumps(state))  # last: marks it complete
-        with contextlib.suppress(FileNotFoundError):
-            target.rename(old)
-        temporary.rename(target)
-        return _opened(target, fingerprint, indexed)
-    except BaseException as error:
-        if not _engine_failed(error):
-            raise
-        logger.warning("the keyword index could not be saved at %s: %s", target, error)
-        return None
-    finally:
-        shutil.rmtree(temporary, ignore_errors=True)
-        shutil.rmtree(old, ignore_errors=True)
-
-
-def _opened(target: Path, fingerprint: Fingerprint, indexed: int) -> _Snapshot | None:
-    """The rows and engine saved at ``target`` (checked already), or None if they disagree."""
-    rows = Rows.load(target)
-    engine = None
-    if indexed:
-        engine = _Engine(_tantivy().Index.open(str(target)))
-        if engine.searcher.num_docs != indexed:
-            return None
-    return _Snapshot(fingerprint, rows, engine)
-
-
-def _load(target: Path, fingerprint: Fingerprint, *, exact: bool = True) -> _Snapshot | None:
-    """The index saved at ``target`` if it was built from this very state, else None.
-
-    Not ``exact``: from any state of the same collection (its own fingerprint kept), for a
-    catch-up through the change feed.
-    """
-    import orjson
-
-    try:
-        state = orjson.loads((target / "state.json").read_bytes())
-        expected = {"format": FORMAT, "tokenizer": _TOKENIZER, "engine": _ENGINE}
-        if any(state.get(key) != value for key, value in expected.items()):
-            return None
-        held = state.get("fingerprint")
-        if exact and held != fingerprint.as_json():
-            return None
-        if held.get("collection_id") != fingerprint.collection_id:
-            return None
-        if state.get("files") != _checksums(target):
-            logger.warning("the saved keyword index at %s is damaged; it is rebuilt", target)
-            return None
-        found = Fingerprint(held["collection_id"], int(held["count"]), held["gen"])
-        return _opened(target, found, int(state["indexed"]))
-    except BaseException as error:  # none, damaged, or replaced
-        if not (_engine_failed(error) or isinstance(error, KeyError | TypeError | AttributeError)):
-            raise
-        logger.debug("no saved keyword index at %s: %s", target, error)
-        return None
-
-
-_ABANDONED_SECONDS = 3600.0
-"""A temporary folder of a save untouched this long was left by a killed process."""
-
-
-def _sweep(target: Path, own: Path) -> None:
-    """Remove the temporary folders of saves of ``target`` that a killed process left behind.
-
-    Only those untouched for :data:`_ABANDONED_SECONDS`: a build still running in another
-    process writes to its own folder as it goes.
-    """
-    now = time.time()
-    for left in target.parent.glob(f".{target.name}.*-*"):
-        if left == own:
-            continue
-        with contextlib.suppress(OSError):
-            if now - left.stat().st_mtime > _ABANDONED_SECONDS:
-                shutil.rmtree(left, ignore_errors=True)
-
-
-def _checksums(folder: Path) -> dict[str, list[int]]:
-    """Each saved file's size and CRC-32 (tantivy checks no checksum when it opens an index).
-
-    Every file but ``state.json`` (which holds these) and tantivy's empty lock files; a file
-    damaged, truncated, missing or added since the save gives other values. Read a block at a
-    time (a large index is never held whole in memory).
-    """
-    found: dict[str, list[int]] = {}
-    for path in sorted(folder.iterdir()):
-        if path.name == "state.json" or path.name.endswith(".lock") or not path.is_file():
-            continue
-        size = crc = 0
-        with path.open("rb") as file:
-            while block := file.read(_CHECKSUM_BLOCK):
-                size += len(block)
-                crc = zlib.crc32(block, crc)
-        found[path.name] = [size, crc]
-    return found
-
-
-_CHECKSUM_BLOCK = 2**22

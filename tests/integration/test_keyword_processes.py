@@ -297,18 +297,18 @@ def test_a_read_while_another_thread_first_imports_the_keyword_module_waits_for_
 
 KILLED = """
 import os, pathlib, time
-import window_retriever._keyword as keyword
+import window_retriever._keyword_engine as engine
 point = config["point"]
 def hold(*args):
     print("held", flush=True)
     time.sleep(60)
-if point == "saving":  # the engine's files and rows.json written, state.json not yet
-    checksums = keyword._checksums
+if point == "saving":  # the engine's files and the rows written, state.json not yet
+    checksums = engine.checksums
     def held_checksums(folder):
         if ".tmp-" in folder.name:  # the save's, not a load's
             hold()
         return checksums(folder)
-    keyword._checksums = held_checksums
+    engine.checksums = held_checksums
 else:  # the old copy moved aside, the new one not yet in its place
     rename = pathlib.Path.rename
     def held_rename(self, target):

@@ -70,6 +70,8 @@ LATER = {
     "window_retriever._commands",
     "window_retriever._terminal",
     "window_retriever._keyword",
+    "window_retriever._keyword_engine",
+    "window_retriever._keyword_rows",
     "window_retriever._pipeline",
     "window_retriever.citations",
     "window_retriever.evaluation",

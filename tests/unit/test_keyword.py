@@ -473,7 +473,7 @@ def test_saved_rows_that_disagree_in_length_are_rebuilt_even_with_their_checksum
     tmp_path: Path, file: str
 ) -> None:
     """A save whose arrays disagree (a bug, not a disk) is caught when the rows are opened."""
-    import window_retriever._keyword as keyword
+    import window_retriever._keyword_engine as keyword
 
     store = disk_store(tmp_path)
     store.add_documents(chunks([*FILLER, OPTION]), ids=[f"doc:{i}" for i in range(9)])
@@ -484,7 +484,7 @@ def test_saved_rows_that_disagree_in_length_are_rebuilt_even_with_their_checksum
     (saved / file).unlink()
     np.save(saved / file, array[:-1])
     state = orjson.loads((saved / "state.json").read_bytes())
-    (saved / "state.json").write_bytes(orjson.dumps({**state, "files": keyword._checksums(saved)}))
+    (saved / "state.json").write_bytes(orjson.dumps({**state, "files": keyword.checksums(saved)}))
 
     index = keyword_index(store)
 
@@ -599,7 +599,7 @@ def _random_snapshot(seed: int, rows: int, wordless: int = 0) -> Any:
     """A snapshot of ``rows`` short random texts of few words (so many scores tie)."""
     import random
 
-    from window_retriever._keyword import _index
+    from window_retriever._keyword_engine import index_records
 
     rng = random.Random(seed)
     common = ["window", "chunk", "budget", "merge", "store"]
@@ -613,7 +613,8 @@ def _random_snapshot(seed: int, rows: int, wordless: int = 0) -> Any:
     texts += ["", "the and of", "a"] * (wordless // 3)  # no word once stop words are out
     rng.shuffle(texts)
     ids = [f"id{i:05d}" for i in range(len(texts))]
-    return _index(Fingerprint("c", len(ids), None), ids, texts, [{} for _ in texts], None), texts
+    built = index_records(Fingerprint("c", len(ids), None), ids, texts, [{} for _ in texts], None)
+    return built, texts
 
 
 @pytest.mark.parametrize("wordless", [0, 300], ids=["every-row-has-words", "some-rows-have-none"])
@@ -622,10 +623,10 @@ def test_scores_are_lucene_s_bm25_at_each_row(wordless: int) -> None:
     where rows with no word are not in the engine; a repeated query word counts twice."""
     import math
 
-    from window_retriever._keyword import _stems
+    from window_retriever._keyword_engine import stems as stems_of
 
     snapshot, texts = _random_snapshot(5, 2000, wordless)
-    stems = {i: _stems(text) for i, text in enumerate(texts) if _stems(text)}
+    stems = {i: stems_of(text) for i, text in enumerate(texts) if stems_of(text)}
     assert snapshot.engine.searcher.num_docs == len(texts) - wordless == len(stems)
     average = sum(map(len, stems.values())) / len(stems)
     for query in (["window"], ["term3", "merg"], ["chunk", "term7", "chunk"]):
@@ -659,7 +660,7 @@ def test_the_top_k_under_any_filter_are_the_head_of_the_whole_ranking(
     """Both ways of a filtered search give the head of the whole ranking, ties by row."""
     import numpy as np
 
-    import window_retriever._keyword as keyword
+    import window_retriever._keyword_engine as keyword
 
     snapshot, texts = _random_snapshot(seed % 1000, 3000)
     mask = np.random.default_rng(seed).random(len(texts)) < share
@@ -682,10 +683,10 @@ def test_equal_scores_past_the_fetch_limit_are_still_ordered_by_row(k: int) -> N
     still come back lowest row first."""
     import numpy as np
 
-    import window_retriever._keyword as keyword
+    import window_retriever._keyword_engine as keyword
 
     tantivy = keyword._tantivy()
-    index = tantivy.Index(keyword._Engine.schema())
+    index = tantivy.Index(keyword.Engine.schema())
     writer = index.writer(keyword._WRITER_HEAP, 1)
     rows = 600
     for row in reversed(range(rows)):
@@ -694,7 +695,7 @@ def test_equal_scores_past_the_fetch_limit_are_still_ordered_by_row(k: int) -> N
         document.add_unsigned("row", row)
         writer.add_document(document)
     writer.commit()
-    engine = keyword._Engine(index)
+    engine = keyword.Engine(index)
     mask = np.ones(rows, dtype=bool)
     mask[[3, 4]] = False  # a filter, over-fetched (not searched within its rows)
     previous = keyword._SMALL_FILTER
@@ -724,7 +725,7 @@ def test_text_is_tokenised_as_bm25s_tokenised_it(parts: list[str]) -> None:
     import bm25s
     import Stemmer
 
-    from window_retriever._keyword import _stems
+    from window_retriever._keyword_engine import stems
 
     query = " ".join(parts)
     expected = bm25s.tokenize(
@@ -736,7 +737,7 @@ def test_text_is_tokenised_as_bm25s_tokenised_it(parts: list[str]) -> None:
         return_ids=False,
         show_progress=False,
     )[0]
-    assert _stems(query) == expected
+    assert stems(query) == expected
 
 
 # ---- the protocol, implemented without Chroma -----------------------------------------------

@@ -40,6 +40,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "_chroma",
         "_chroma_errors",
         "_keyword",
+        "_keyword_engine",
         "_keyword_rows",
         "_memory",
         "_open",
@@ -77,7 +78,7 @@ STORE_CLIENTS = {
     # the third-party packages only the store layer may import, and who imports them today
     "chromadb": {"_chroma", "_chroma_errors", "_open"},
     "langchain_chroma": {"_open", "_stores"},
-    "tantivy": {"_keyword"},
+    "tantivy": {"_keyword_engine"},
 }
 
 

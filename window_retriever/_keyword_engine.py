@@ -1,0 +1,334 @@
+"""The keyword index's engine: the words of a text, tantivy's BM25 over them, the saved folder.
+
+:mod:`window_retriever._keyword` keeps an index current with its collection; this module makes
+one state of it (:class:`Built`): the rows (``_keyword_rows``) and a tantivy index over their
+words, saved whole in a folder or held in memory, and loaded back only when every saved file
+is as it was written.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import logging
+import re
+import shutil
+import threading
+import time
+import uuid
+import zlib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from window_retriever._keyword_rows import Rows, RowsBuilder
+
+logger = logging.getLogger("window_retriever._keyword")
+
+FORMAT = 4
+"""The saved index's layout; another value (or other tokenizer settings) means rebuild (4: the
+rows as arrays, ``_keyword_rows``)."""
+
+TOKENIZER = {"stopwords": "en", "stemmer": "english", "lower": True, "pattern": r"(?u)\b\w\w+\b"}
+ENGINE = {"name": "tantivy", "version": "0.27", "k1": 1.2, "b": 0.75}
+
+
+@dataclass(frozen=True, slots=True)
+class Fingerprint:
+    """What tells one state of a collection from another, cheaply."""
+
+    collection_id: str
+    count: int
+    generation: str | None
+
+    def as_json(self) -> dict[str, Any]:
+        return {"collection_id": self.collection_id, "count": self.count, "gen": self.generation}
+
+
+@dataclass(frozen=True, slots=True)
+class Built:
+    """One state of the collection, indexed: its rows in id order and the engine over them."""
+
+    fingerprint: Fingerprint
+    rows: Rows
+    engine: Engine | None  # over the rows that hold at least one word; None if none does
+
+
+# ---- the words of a text ---------------------------------------------------------------------
+
+_STOPWORDS = frozenset(
+    (  # noqa: SIM905 - one list to read against Lucene's
+        "a an and are as at be but by for if in into is it no not of on or such that the their "
+        "then there these they this to was will with"
+    ).split()
+)
+"""Lucene's English stop words (the set ``bm25s`` calls ``"en"``, which the index used before)."""
+
+_words = re.compile(str(TOKENIZER["pattern"])).findall
+
+
+class _Stemmers(threading.local):
+    """One Snowball stemmer per thread (PyStemmer's objects are not thread-safe)."""
+
+    stemmer: Any = None
+
+
+_stemmers = _Stemmers()
+
+
+def stems(text: str) -> list[str]:
+    """Lower-cased words of two characters or more, stop words out, Snowball stems, in order."""
+    if _stemmers.stemmer is None:
+        import Stemmer
+
+        _stemmers.stemmer = Stemmer.Stemmer(TOKENIZER["stemmer"])
+    words = [word for word in _words(text.lower()) if word not in _STOPWORDS]
+    stems: list[str] = _stemmers.stemmer.stemWords(words)
+    return stems
+
+
+@functools.cache
+def _tantivy() -> Any:
+    import tantivy
+
+    return tantivy
+
+
+_WRITER_HEAP = 128 * 2**20
+"""The writer's memory while indexing (tantivy flushes a segment when it is full)."""
+
+_GROWTH = 4
+"""How many times more hits a filtered search asks for when too few of them pass."""
+
+_SMALL_FILTER = 4096
+"""A filter that passes at most this many rows is searched within them (a set of rows)."""
+
+
+class Engine:
+    """A tantivy index of the rows that hold a word, and its searcher.
+
+    Two fields: ``words`` (the row's stems, ranked by tantivy's BM25: k1 1.2, b 0.75) and
+    ``row`` (its row in the snapshot's ``ids``, a fast field).
+    """
+
+    def __init__(self, index: Any) -> None:
+        self.index = index
+        index.reload()  # the reader sees the last commit now, not after tantivy's delay
+        self.searcher = index.searcher()
+
+    @staticmethod
+    def schema() -> Any:
+        tantivy = _tantivy()
+        builder = tantivy.SchemaBuilder()
+        builder.add_text_field("words", tokenizer_name="whitespace", index_option="freq")
+        builder.add_unsigned_field("row", indexed=True, fast=True)
+        return builder.build()
+
+    def top(self, stems: list[str], k: int, mask: np.ndarray | None) -> list[tuple[int, float]]:
+        """The ``k`` best rows (``mask`` passes, if given) and their scores; ties by row."""
+        tantivy = _tantivy()
+        schema, should = self.index.schema, tantivy.Occur.Should
+        clauses = [(should, tantivy.Query.term_query(schema, "words", stem)) for stem in stems]
+        query = tantivy.Query.boolean_query(clauses)  # a repeated word counts once per repeat
+        passing = None if mask is None else int(np.count_nonzero(mask))
+        if passing == 0:
+            return []
+        if mask is not None and passing is not None and passing <= _SMALL_FILTER:
+            rows = tantivy.Query.term_set_query(schema, "row", np.flatnonzero(mask).tolist())
+            within = tantivy.Query.const_score_query(rows, 0.0)  # adds nothing to the score
+            query = tantivy.Query.boolean_query(
+                [(tantivy.Occur.Must, query), (tantivy.Occur.Must, within)]
+            )
+            mask = None
+        limit = k + 8
+        if mask is not None and passing is not None:
+            limit = int(limit * len(mask) / passing * 1.5)
+        while True:
+            found = self.searcher.search(query, limit, count=False).hits
+            rows = self.searcher.fast_field_values("row", [address for _, address in found])
+            hits = sorted(
+                zip(rows, (score for score, _ in found), strict=True),
+                key=lambda hit: (-hit[1], hit[0]),
+            )
+            if mask is not None:
+                hits = [hit for hit in hits if mask[hit[0]]]
+            if len(found) < limit:  # every matching row was seen
+                return hits[:k]
+            if len(hits) > k and hits[k - 1][1] > found[-1][0]:
+                return hits[:k]  # no row past the limit can tie or beat the k-th
+            limit *= _GROWTH
+
+
+def engine_failed(error: BaseException) -> bool:
+    """Whether tantivy failed: its errors, and pyo3's ``PanicException`` (a ``BaseException``)."""
+    return isinstance(error, ValueError | OSError) or type(error).__name__ == "PanicException"
+
+
+def index_records(
+    fingerprint: Fingerprint,
+    ids: list[str],
+    documents: list[str],
+    metadatas: list[Mapping[str, Any]],
+    directory: Path | None,
+) -> Built:
+    """Tokenise the records and index them (:func:`build`)."""
+    builder = RowsBuilder()
+    for chunk_id, text, metadata in zip(ids, documents, metadatas, strict=True):
+        builder.add(chunk_id, len(text), " ".join(stems(text)), metadata)
+    return build(fingerprint, builder.rows(), directory)
+
+
+def build(fingerprint: Fingerprint, rows: Rows, directory: Path | None) -> Built:
+    """Index the rows (those without a word stay out of the engine); saved under ``directory``.
+
+    Saved, the snapshot serves the saved files (mapped into memory), not the arrays given.
+    """
+    tantivy = _tantivy()
+    target = None if directory is None else directory / fingerprint.collection_id
+    temporary = None if target is None else target.parent / f".{target.name}.tmp-{uuid.uuid4().hex}"
+    if temporary is not None and target is not None:
+        try:
+            temporary.mkdir(parents=True)
+            _sweep(target, temporary)
+        except OSError as error:
+            logger.warning("the keyword index could not be saved at %s: %s", target, error)
+            temporary = target = None
+    index = tantivy.Index(Engine.schema(), path=None if temporary is None else str(temporary))
+    writer = index.writer(_WRITER_HEAP, 1)
+    indexed = 0
+    for row in range(len(rows)):
+        text = rows.words_at(row)
+        if text:
+            document = tantivy.Document()
+            document.add_text("words", text)
+            document.add_unsigned("row", row)
+            writer.add_document(document)
+            indexed += 1
+    writer.commit()
+    writer.wait_merging_threads()
+    if temporary is not None and target is not None:
+        saved = _saved(temporary, target, fingerprint, rows, indexed)
+        if saved is None:  # not saved (logged): the same rows in memory
+            return build(fingerprint, rows, None)
+        return saved
+    return Built(fingerprint, rows, Engine(index) if indexed else None)
+
+
+# ---- saved beside an embedded store, or in the machine's cache for a server -------------------
+
+
+def _saved(
+    temporary: Path, target: Path, fingerprint: Fingerprint, rows: Rows, indexed: int
+) -> Built | None:
+    """Move the index built in ``temporary`` to ``target`` whole or not at all; open it there.
+
+    A reader never sees a half-written index: it finds the old one, the new one, or none (and
+    builds). A failure to write (a read-only directory) is logged and gives None.
+    """
+    import orjson
+
+    old = target.parent / f".{target.name}.old-{uuid.uuid4().hex}"
+    try:
+        rows.save(temporary)
+        state = {"format": FORMAT, "tokenizer": TOKENIZER, "engine": ENGINE, "indexed": indexed}
+        state["fingerprint"] = fingerprint.as_json()
+        state["files"] = checksums(temporary)
+        (temporary / "state.json").write_bytes(orjson.dumps(state))  # last: marks it complete
+        with contextlib.suppress(FileNotFoundError):
+            target.rename(old)
+        temporary.rename(target)
+        return _opened(target, fingerprint, indexed)
+    except BaseException as error:
+        if not engine_failed(error):
+            raise
+        logger.warning("the keyword index could not be saved at %s: %s", target, error)
+        return None
+    finally:
+        shutil.rmtree(temporary, ignore_errors=True)
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def _opened(target: Path, fingerprint: Fingerprint, indexed: int) -> Built | None:
+    """The rows and engine saved at ``target`` (checked already), or None if they disagree."""
+    rows = Rows.load(target)
+    engine = None
+    if indexed:
+        engine = Engine(_tantivy().Index.open(str(target)))
+        if engine.searcher.num_docs != indexed:
+            return None
+    return Built(fingerprint, rows, engine)
+
+
+def load(target: Path, fingerprint: Fingerprint, *, exact: bool = True) -> Built | None:
+    """The index saved at ``target`` if it was built from this very state, else None.
+
+    Not ``exact``: from any state of the same collection (its own fingerprint kept), for a
+    catch-up through the change feed.
+    """
+    import orjson
+
+    try:
+        state = orjson.loads((target / "state.json").read_bytes())
+        expected = {"format": FORMAT, "tokenizer": TOKENIZER, "engine": ENGINE}
+        if any(state.get(key) != value for key, value in expected.items()):
+            return None
+        held = state.get("fingerprint")
+        if exact and held != fingerprint.as_json():
+            return None
+        if held.get("collection_id") != fingerprint.collection_id:
+            return None
+        if state.get("files") != checksums(target):
+            logger.warning("the saved keyword index at %s is damaged; it is rebuilt", target)
+            return None
+        found = Fingerprint(held["collection_id"], int(held["count"]), held["gen"])
+        return _opened(target, found, int(state["indexed"]))
+    except BaseException as error:  # none, damaged, or replaced
+        if not (engine_failed(error) or isinstance(error, KeyError | TypeError | AttributeError)):
+            raise
+        logger.debug("no saved keyword index at %s: %s", target, error)
+        return None
+
+
+_ABANDONED_SECONDS = 3600.0
+"""A temporary folder of a save untouched this long was left by a killed process."""
+
+
+def _sweep(target: Path, own: Path) -> None:
+    """Remove the temporary folders of saves of ``target`` that a killed process left behind.
+
+    Only those untouched for :data:`_ABANDONED_SECONDS`: a build still running in another
+    process writes to its own folder as it goes.
+    """
+    now = time.time()
+    for left in target.parent.glob(f".{target.name}.*-*"):
+        if left == own:
+            continue
+        with contextlib.suppress(OSError):
+            if now - left.stat().st_mtime > _ABANDONED_SECONDS:
+                shutil.rmtree(left, ignore_errors=True)
+
+
+def checksums(folder: Path) -> dict[str, list[int]]:
+    """Each saved file's size and CRC-32 (tantivy checks no checksum when it opens an index).
+
+    Every file but ``state.json`` (which holds these) and tantivy's empty lock files; a file
+    damaged, truncated, missing or added since the save gives other values. Read a block at a
+    time (a large index is never held whole in memory).
+    """
+    found: dict[str, list[int]] = {}
+    for path in sorted(folder.iterdir()):
+        if path.name == "state.json" or path.name.endswith(".lock") or not path.is_file():
+            continue
+        size = crc = 0
+        with path.open("rb") as file:
+            while block := file.read(_CHECKSUM_BLOCK):
+                size += len(block)
+                crc = zlib.crc32(block, crc)
+        found[path.name] = [size, crc]
+    return found
+
+
+_CHECKSUM_BLOCK = 2**22
