@@ -99,6 +99,10 @@ if config.get("warm"):
     row["warm_ratio"] = p50["default"] / p50["static"]
     row["rss_mib_after_warm"] = memory("VmRSS")
     row["peak_rss_mib_after_warm"] = memory("VmHWM")
+    # of the RSS: the process's own memory, and pages of files it maps (the saved index's,
+    # shared by every process of the machine and dropped by the kernel first)
+    row["anon_mib_after_warm"] = memory("RssAnon")
+    row["file_mib_after_warm"] = memory("RssFile")
 print(json.dumps(row))
 """
 
