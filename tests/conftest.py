@@ -61,8 +61,33 @@ def make_store(chroma_client: Any) -> Iterator[Callable[..., Chroma]]:
         )
 
     yield factory
-    for name in names:
-        chroma_client.delete_collection(name)
+    from window_retriever._chroma import FEED_PREFIX
+
+    for name in names:  # and the keyword change feed a write made beside it, if any
+        feed = FEED_PREFIX + str(chroma_client.get_collection(name).id)
+        drop_collection(chroma_client, name)
+        drop_collection(chroma_client, feed)
+
+
+def drop_collection(client: Any, name: str) -> None:
+    """Delete a collection, if there is one, and its records first, so it leaves nothing behind.
+
+    Every ``chromadb.EphemeralClient()`` of a process is one Chroma (one SQLite database), and
+    chromadb 1.5.9's ``delete_collection`` leaves the records' list-valued metadata in it
+    (chroma-core/chroma#7594): the next record to reuse a deleted record's internal row id, in
+    any collection, inherits those lists (a ``{"groups": ["staff"]}`` on a record written
+    without it). Deleting the records by id removes them whole.
+    """
+    from chromadb.errors import NotFoundError
+
+    try:
+        collection = client.get_collection(name)
+    except NotFoundError:
+        return
+    ids = collection.get(include=[])["ids"]
+    for start in range(0, len(ids), 5000):  # under Chroma's limit of ids in one call
+        collection.delete(ids=ids[start : start + 5000])
+    client.delete_collection(name)
 
 
 class StoreSpy:

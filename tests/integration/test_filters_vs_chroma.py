@@ -16,6 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.conftest import drop_collection
 from window_retriever._filters import KNOWN_OPERATORS, check_where, compile_where
 
 INTS = [-2, -1, 0, 1, 2]
@@ -48,7 +49,7 @@ def collection() -> Any:
         metadatas=RECORDS,  # type: ignore[arg-type]
     )
     yield col
-    client.delete_collection(col.name)
+    drop_collection(client, col.name)  # its lists must not outlive it (see drop_collection)
 
 
 scalars = st.sampled_from([*INTS, *FLOATS, *STRS, *BOOLS])

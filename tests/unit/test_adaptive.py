@@ -115,6 +115,16 @@ def test_one_weak_chunk_between_two_strong_ones_is_bridged() -> None:
     assert [hit.chunk.id for hit in windows[0].hits] == ["a:3", "a:5"]
 
 
+def test_a_bridge_is_never_worth_more_than_its_stronger_side() -> None:
+    """Pulled from both sides at coherence 0.75, the weak a:4 would be worth 1.2, above both
+    hits (0.8): capped at 0.8, the run it joins lends its neighbours no more than a hit's
+    lead, so the next hit (b:5, 0.7) beats a:6 (0.75 * 0.8 = 0.6) to the last chunk."""
+    chunks = corpus({"a": 10, "b": 10})
+    relevance = background(chunks, 0.0) | {"a:3": 0.8, "a:5": 0.8, "b:5": 0.7}
+    windows = select(chunks, relevance, ["a:3", "a:5", "b:5"], total=4 * SIZE, coherence=0.75)
+    assert extents(windows) == [("a", 3, 5), ("b", 5, 5)]
+
+
 def test_coherence_zero_is_plain_top_k() -> None:
     chunks = corpus({"a": 20})
     relevance = background(chunks, 0.3) | {"a:2": 0.9, "a:9": 0.8, "a:15": 0.7}

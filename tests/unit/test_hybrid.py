@@ -59,6 +59,30 @@ def test_ties_go_to_the_heavier_legs_rank_then_the_id_whatever_the_input_order()
     assert ids(heavier)[0] == "z"
 
 
+@pytest.mark.parametrize(("heavy", "light"), [("vector", "keyword"), ("keyword", "vector")])
+def test_an_exact_tie_goes_to_the_heavier_legs_chunk(heavy: str, light: str) -> None:
+    # weights 2 and 1: rank 62 in the heavy leg scores 2 / 122, rank 1 in the light 1 / 61
+    filler = [f"f{i:02d}" for i in range(61)]
+    rankings = {heavy: [*filler, "z"], light: ["a"]}
+    *_, z, a = fuse(rankings, {heavy: 2.0, light: 1.0})
+    assert (z.id, a.id) == ("z", "a")  # the heavier leg's chunk first, though "a" sorts first
+    assert z.score == a.score  # the same float: a true tie
+
+
+def test_a_repeated_id_counts_once_at_its_best_rank() -> None:
+    fused = fuse({"vector": ["a", "b", "a", "a"], "keyword": ["b", "a"]})
+    by_id = {item.id: item for item in fused}
+    assert by_id["a"].score == pytest.approx(1 / 61 + 1 / 62)
+    assert by_id["a"].ranks == (("keyword", 2), ("vector", 1))
+    assert by_id["b"].score == pytest.approx(1 / 62 + 1 / 61)
+    # counted once, a ties b; legs of equal weight break it by name: the keyword leg's b
+    repeated = fuse({"vector": ["a", "a"], "keyword": ["b"]})
+    assert [(item.id, item.score) for item in repeated] == [
+        ("b", pytest.approx(1 / 61)),
+        ("a", pytest.approx(1 / 61)),
+    ]
+
+
 def test_a_limit_gives_the_head_of_the_whole_fused_ranking() -> None:
     rankings = {"vector": ["a", "b", "c", "d"], "keyword": ["d", "x", "a", "y"]}
     whole = fuse(rankings)
@@ -234,6 +258,58 @@ def test_windows_grow_from_another_retrievers_hits_under_the_callers_filter(
     assert all("shared_term" in d.page_content for d in static.invoke("shared_term"))
 
 
+def test_another_retrievers_hit_the_filter_hides_never_comes_back_without_a_total_budget(
+    two_tenants: tuple[Chroma, Everything],
+) -> None:
+    """Without ``total_budget`` the hits are read on their own (not with the neighbours):
+    that read must apply the caller's filter too, the other retriever applied none."""
+    store, other = two_tenants
+    assert {d.metadata["tenant"] for d in other.invoke("shared_term")} == {
+        "tenant-a",
+        "tenant-b",
+    }
+    retriever = ContextWindowRetriever(vectorstore=store, candidates=other, k=4)
+    for where in ({"tenant": "tenant-a"}, {"tenant": {"$ne": "tenant-b"}}):
+        docs = retriever.invoke("shared_term", filter=where)
+        assert docs and {d.metadata["tenant"] for d in docs} == {"tenant-a"}, where
+        hits = retriever.hits("shared_term", filter=where)
+        assert hits and {d.metadata["tenant"] for d in hits} == {"tenant-a"}, where
+    assert {d.metadata["tenant"] for d in retriever.invoke("shared_term")} == {
+        "tenant-a",
+        "tenant-b",
+    }
+
+
+def test_another_retrievers_hit_whose_id_only_looks_like_a_chunk_id_is_read_by_its_id(
+    make_store: Callable[..., Chroma],
+) -> None:
+    """An id "f:03" does not name chunk 3 of file f ("f:3" does): a hit stored under it is
+    read by its own id, never replaced by what is stored where the id seems to point."""
+    store = make_store()
+    documents = [
+        Document(
+            f"chunk {i} " + "x" * 40,
+            metadata={
+                "file_id": "f",
+                "chunk_index": i,
+                "start_index": 50 * i,
+                "chunk_id": f"f:{i}",
+            },
+        )
+        for i in range(6)
+    ]
+    store.add_documents(documents, ids=[f"f:{i}" for i in range(6)])
+    odd = Document("chunk 3, stored apart " + "y" * 30, metadata={"file_id": "f", "chunk_index": 3})
+    store.add_documents([odd], ids=["f:03"])
+    other = Everything(chunks=[Document(odd.page_content, metadata=odd.metadata, id="f:03")])
+    for budget in ({"total_budget": 600}, {"k": 1}):
+        docs = ContextWindowRetriever(vectorstore=store, candidates=other, **budget).invoke(
+            "stored apart"
+        )
+        assert [d.metadata["hit_chunk_ids"] for d in docs] == [["f:03"]], budget
+        assert "stored apart" in docs[0].page_content, budget
+
+
 def test_windows_from_an_ensemble_retriever(store: Chroma) -> None:
     from langchain_classic.retrievers import EnsembleRetriever
 
@@ -283,6 +359,28 @@ def test_windows_of_the_same_text_come_back_once_with_every_copy_listed(
         listed = {place["source"] for d in copies for place in d.metadata["also_in"]}
         assert listed <= {"tenant-a/copy-1", "tenant-a/copy-2"}
         assert any("30 requests" in d.page_content for d in docs)
+
+
+def test_texts_equal_but_for_unicode_forms_or_spacing_come_back_once(
+    make_store: Callable[..., Chroma],
+) -> None:
+    store = make_store()
+    pages(
+        store,
+        {
+            "tenant-a/plain": "The limit is 40 requests a minute for the file API.",
+            "tenant-a/spaced": "The  limit is 40\nrequests a minute for the file API.",
+            "tenant-a/compatible": "The limit is \uff14\uff10 requests a minute for the \ufb01le API.",
+            "tenant-a/last-year": "The limit is 30 requests a minute for the file API.",
+        },
+    )
+    copies = {"tenant-a/plain", "tenant-a/spaced", "tenant-a/compatible"}
+    for arguments in ({"k": 4, "fetch_k": 10}, {"total_budget": 3000, "candidates": "vector"}):
+        docs = ContextWindowRetriever(vectorstore=store, **arguments).invoke("limit")
+        assert len(docs) == 2, arguments  # one of the three copies, and last year's text
+        (kept,) = [d for d in docs if d.metadata["source"] in copies]
+        listed = {place["source"] for place in kept.metadata["also_in"]}
+        assert listed | {kept.metadata["source"]} == copies, arguments
 
 
 def test_another_retrievers_hits_come_with_the_neighbours_in_one_fetch(

@@ -116,14 +116,16 @@ class RankEmbeddings(Embeddings):
         return [math.cos(angle), math.sin(angle)]
 
 
+@pytest.mark.parametrize("floor", [None, 0.5])
 def test_a_candidate_the_lean_fetch_left_unread_is_never_skipped(
-    make_store: Callable[..., Chroma],
+    make_store: Callable[..., Chroma], floor: float | None
 ) -> None:
     """Lengths learned on long chunks, then a query into a file of short ones.
 
     The two best hits merge into one window (s:1-34, a hidden chunk at s:37 ends it); the
     third best sits in another file and was not read; the fourth was read as a neighbour (of
-    the window after the gap). It must not take the third's place.
+    the window after the gap). It must not take the third's place. A floor that drops the
+    fourth (0.5) still leaves the third to read: the hits it kept are not all windows yet.
     """
     store = make_store(RankEmbeddings())
     ranks = {("s", 10): 0, ("s", 25): 1, ("long", 5): 2, ("s", 43): 3}
@@ -137,7 +139,7 @@ def test_a_candidate_the_lean_fetch_left_unread_is_never_skipped(
             documents.append(Document(text, metadata={**metadata, "chunk_id": f"{file_id}:{i}"}))
             ids.append(f"{file_id}:{i}")
     store.add_documents(documents, ids=ids)
-    options: dict[str, Any] = {"k": 2, "window_budget": 400, "fetch_k": 4}
+    options: dict[str, Any] = {"k": 2, "window_budget": 400, "fetch_k": 4, "floor": floor}
     options["filter"] = {"tenant": "a"}
     warm = ContextWindowRetriever(vectorstore=store, **options)
     warm.invoke("warm up", filter={"file_id": "long"})

@@ -184,9 +184,11 @@ def test_adjacent_hits_merge_into_one_document_with_the_best_score(
     assert doc.page_content == text[doc.metadata["start_index"] : doc.metadata["end_index"]]
 
 
+@pytest.mark.parametrize("floor", [None, 0.0])
 def test_k_windows_even_when_candidates_merge(
-    make_store: Callable[..., Chroma], spy_on: Callable[[Chroma], StoreSpy]
+    make_store: Callable[..., Chroma], spy_on: Callable[[Chroma], StoreSpy], floor: float | None
 ) -> None:
+    """A floor that drops no hit (0 keeps every one) does not stop the wider search."""
     store = make_store()
     documents = [Document(page_content=SOURCES["alpha"], metadata={"source": "alpha"})]
     documents += [
@@ -198,9 +200,10 @@ def test_k_windows_even_when_candidates_merge(
     spy = spy_on(store)
     # fetch_k == k and a budget that holds all of alpha: the first candidates (alpha's, as
     # alpha has most chunks) merge into one window, so the search must widen to find k = 3
-    docs = ContextWindowRetriever(vectorstore=store, k=3, window_budget=5000, fetch_k=3).invoke(
-        chunk(chunks, "alpha", 3).page_content
+    retriever = ContextWindowRetriever(
+        vectorstore=store, k=3, window_budget=5000, fetch_k=3, floor=floor
     )
+    docs = retriever.invoke(chunk(chunks, "alpha", 3).page_content)
     assert len(docs) == 3
     assert len({d.metadata["file_id"] for d in docs}) == 3
     assert spy.calls["query"] >= 2
