@@ -115,6 +115,7 @@ from window_retriever._keyword_engine import (
     Built,
     Engine,
     Fingerprint,
+    add_records,
     build,
     engine_failed,
     load,
@@ -669,8 +670,7 @@ class KeywordIndex:
         if int(np.count_nonzero(kept)) + len(ids) != fingerprint.count:
             return None
         builder = RowsBuilder()
-        for chunk_id, text, metadata in zip(ids, documents, metadatas, strict=True):
-            builder.add(chunk_id, len(text), " ".join(stems(text)), metadata)
+        add_records(builder, ids, documents, metadatas)
         merged = rows.merged(kept, builder.rows())
         snapshot = _Snapshot.of(build(fingerprint, merged, self.directory))
         self.catch_ups += 1
@@ -784,8 +784,7 @@ class KeywordIndex:
         """Every record, ``PAGE_SIZE`` at a time, tokenised as it comes (no page is kept)."""
         builder = RowsBuilder()
         for ids, documents, metadatas in self._source.pages(PAGE_SIZE):
-            for chunk_id, text, metadata in zip(ids, documents, metadatas, strict=True):
-                builder.add(chunk_id, len(text), " ".join(stems(text)), metadata)
+            add_records(builder, ids, documents, metadatas)
         return builder.rows()
 
 

@@ -17,7 +17,7 @@ import threading
 import time
 import uuid
 import zlib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -176,9 +176,19 @@ def index_records(
 ) -> Built:
     """Tokenise the records and index them (:func:`build`)."""
     builder = RowsBuilder()
+    add_records(builder, ids, documents, metadatas)
+    return build(fingerprint, builder.rows(), directory)
+
+
+def add_records(
+    builder: RowsBuilder,
+    ids: Sequence[str],
+    documents: Sequence[str],
+    metadatas: Sequence[Mapping[str, Any]],
+) -> None:
+    """Add each record as a row: its id, text length, words (its stems) and metadata."""
     for chunk_id, text, metadata in zip(ids, documents, metadatas, strict=True):
         builder.add(chunk_id, len(text), " ".join(stems(text)), metadata)
-    return build(fingerprint, builder.rows(), directory)
 
 
 def build(fingerprint: Fingerprint, rows: Rows, directory: Path | None) -> Built:
