@@ -4,7 +4,7 @@ One row per chunk, in id order, kept in a few numpy arrays rather than a Python 
 chunk: the ids as one fixed-width byte array (found by binary search), the lengths as int32,
 the metadata (orjson) and the words (each chunk's stems joined by spaces) as bytes laid end to
 end with the offset where each row ends. Saved, the arrays are files that a process maps into
-memory (``numpy.load(mmap_mode="r")``): a new process reads none of them whole, holds no
+memory (``numpy.load(mmap_mode="r")``): a new process decodes none of them, holds no
 copy of its own, and every process on the machine shares the pages.
 
 Filters are decided per *column* where they can be: a metadata key that takes few distinct
