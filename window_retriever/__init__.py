@@ -14,7 +14,7 @@ from window_retriever._version import __version__
 
 if TYPE_CHECKING:  # what the names are; at run time each is imported on first use
     from window_retriever import citations, evaluation, ingestion, plotting
-    from window_retriever._chroma import ChromaWindowStore
+    from window_retriever._chroma import ChromaWindowStore, invalidate_keywords
     from window_retriever._embeddings import MiniLMEmbeddings, default_embeddings
     from window_retriever._errors import (
         ConfigurationError,
@@ -78,6 +78,7 @@ _WHERE = {
     "format_with_citations": "window_retriever.citations",
     "ingest": "window_retriever.ingestion",
     "ingestion": "window_retriever.ingestion",
+    "invalidate_keywords": "window_retriever._chroma",
     "load_file": "window_retriever._loaders",
     "open_store": "window_retriever._open",
     "plot_window_map": "window_retriever.plotting",
@@ -137,6 +138,7 @@ __all__ = [  # noqa: RUF022 - sorted as Python sorts (a test checks it), not iso
     "format_with_citations",
     "ingest",
     "ingestion",
+    "invalidate_keywords",
     "load_file",
     "open_store",
     "plot_window_map",

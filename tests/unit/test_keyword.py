@@ -23,6 +23,7 @@ from langchain_chroma import Chroma
 from langchain_core.documents import Document
 from langchain_core.embeddings import DeterministicFakeEmbedding
 
+import window_retriever
 from tests.conftest import FakeClock
 from window_retriever import ConfigurationError
 from window_retriever._chroma import (
@@ -222,7 +223,7 @@ def test_an_in_place_rewrite_is_seen_through_invalidate(
     rewritten = "Set backoff_factor to wait longer between retries."
     store.add_documents([Document(page_content=rewritten, id="doc:8")], ids=["doc:8"])
     assert index.search("backoff_factor", k=3) == []  # same count, not yet told
-    invalidate_keywords(store)  # what docs/scaling.md tells an outside writer to call
+    window_retriever.invalidate_keywords(store)  # what docs/scaling.md tells an outside writer
 
     assert [i for i, _ in index.search("backoff_factor", k=3)] == ["doc:8"]
     assert index.search("max_retries", k=3) == []
