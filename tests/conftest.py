@@ -69,6 +69,25 @@ def make_store(chroma_client: Any) -> Iterator[Callable[..., Chroma]]:
         drop_collection(chroma_client, feed)
 
 
+def add_file_f(store: Chroma) -> None:
+    """Store one file ``f`` of six stamped chunks, ``f:0`` to ``f:5``, 50 characters apart."""
+    from langchain_core.documents import Document
+
+    documents = [
+        Document(
+            f"chunk {i} " + "x" * 40,
+            metadata={
+                "file_id": "f",
+                "chunk_index": i,
+                "start_index": 50 * i,
+                "chunk_id": f"f:{i}",
+            },
+        )
+        for i in range(6)
+    ]
+    store.add_documents(documents, ids=[f"f:{i}" for i in range(6)])
+
+
 def drop_collection(client: Any, name: str) -> None:
     """Delete a collection, if there is one, and its records first, so it leaves nothing behind.
 

@@ -18,6 +18,7 @@ from langchain_core.documents import Document
 from langchain_core.retrievers import BaseRetriever
 from langchain_text_splitters import RecursiveCharacterTextSplitter
 
+from tests.conftest import add_file_f
 from window_retriever import (
     ConfigurationError,
     ContextWindowRetriever,
@@ -286,19 +287,7 @@ def test_another_retrievers_hit_whose_id_only_looks_like_a_chunk_id_is_read_by_i
     """An id "f:03" does not name chunk 3 of file f ("f:3" does): a hit stored under it is
     read by its own id, never replaced by what is stored where the id seems to point."""
     store = make_store()
-    documents = [
-        Document(
-            f"chunk {i} " + "x" * 40,
-            metadata={
-                "file_id": "f",
-                "chunk_index": i,
-                "start_index": 50 * i,
-                "chunk_id": f"f:{i}",
-            },
-        )
-        for i in range(6)
-    ]
-    store.add_documents(documents, ids=[f"f:{i}" for i in range(6)])
+    add_file_f(store)  # chunks f:0 to f:5, 50 characters each
     odd = Document("chunk 3, stored apart " + "y" * 30, metadata={"file_id": "f", "chunk_index": 3})
     store.add_documents([odd], ids=["f:03"])
     other = Everything(chunks=[Document(odd.page_content, metadata=odd.metadata, id="f:03")])

@@ -13,7 +13,7 @@ from langchain_chroma import Chroma
 from langchain_core.documents import Document
 from langchain_core.embeddings import Embeddings
 
-from tests.conftest import StoreSpy
+from tests.conftest import StoreSpy, add_file_f
 from tests.unit.test_budget import TOPICS, KeywordEmbeddings, split, turns
 from window_retriever import ContextWindowRetriever, add_chunks
 
@@ -154,19 +154,7 @@ def test_ids_that_only_look_like_chunk_ids_are_read_the_usual_way(
     make_store: Callable[..., Chroma], odd_id: str
 ) -> None:
     store = make_store()
-    documents = [
-        Document(
-            f"chunk {i} " + "x" * 40,
-            metadata={
-                "file_id": "f",
-                "chunk_index": i,
-                "start_index": 50 * i,
-                "chunk_id": f"f:{i}",
-            },
-        )
-        for i in range(6)
-    ]
-    store.add_documents(documents, ids=[f"f:{i}" for i in range(6)])
+    add_file_f(store)  # chunks f:0 to f:5, 50 characters each
     extra = Document("chunk 3 " + "x" * 40 + " odd", metadata={"file_id": "f", "chunk_index": 3})
     store.add_documents([extra], ids=[odd_id])
     options: dict[str, Any] = {"k": 2, "window_budget": 200, "fetch_k": 8}
