@@ -35,12 +35,12 @@ from langchain_core.embeddings import DeterministicFakeEmbedding, Embeddings
 from scale import corpus
 
 from window_retriever import ContextWindowRetriever, add_chunks, default_embeddings, open_store
-from window_retriever import _candidates as candidates
+from window_retriever import _beside as beside_module
 
-_start_beside = candidates.Ahead.start
+_start_beside = beside_module.Beside.start
 
 
-def _after(self: candidates.Ahead) -> candidates.Call:
+def _after(self: beside_module.Beside) -> beside_module.Call:
     """The call itself: the driver runs it where it is awaited, after the vector search."""
     return self.call
 
@@ -62,11 +62,11 @@ def run(directory: Path, chunks: int, queries: int, query_embeddings: Embeddings
 
     def invoke(name: str, text: str) -> list[str]:
         retriever, start = retrievers[name]
-        candidates.Ahead.start = start  # type: ignore[method-assign]
+        beside_module.Beside.start = start  # type: ignore[method-assign]
         try:
             return [document.page_content for document in retriever.invoke(text)]
         finally:
-            candidates.Ahead.start = _start_beside  # type: ignore[method-assign]
+            beside_module.Beside.start = _start_beside  # type: ignore[method-assign]
 
     texts = texts[:queries]
     for text in texts[:20]:  # warm: the keyword index is built, the chunk length learnt

@@ -10,21 +10,17 @@ serves the sync and the async path.
 
 from __future__ import annotations
 
-import asyncio
-import contextvars
 import itertools
 import math
-import os
-import threading
 from abc import ABC, abstractmethod
 from collections import deque
-from collections.abc import Awaitable, Callable, Generator, Iterable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from langchain_core.documents import Document
 
+from window_retriever._beside import Beside, Call
 from window_retriever._filters import Predicate, compile_where
 from window_retriever._fusion import DEFAULT_WEIGHTS, Fused, fuse
 from window_retriever._ids import CHUNK_ID, make_chunk_id
@@ -33,7 +29,7 @@ from window_retriever._protocol import Fetch, Found, Indexed, Request, Search, S
 from window_retriever._records import admit, placed, read_hit, read_hits, unique
 from window_retriever._windows import Chunk, Hit, Measure, Position
 
-Flow = Generator["Request | Call | Ahead", Any, Any]
+Flow = Generator["Request | Call | Beside", Any, Any]
 
 
 @dataclass
@@ -237,104 +233,6 @@ def _search(query: str, k: int, params: Params, *, measured: bool) -> Search:
     )
 
 
-@dataclass(frozen=True, slots=True)
-class Call:
-    """A step that is not a store request (a keyword search, another retriever's ``invoke``).
-
-    The sync driver calls ``run``; the async driver awaits ``arun``.
-    """
-
-    run: Callable[[], Any]
-    arun: Callable[[], Awaitable[Any]]
-    ready: Callable[[], bool] = lambda: False
-    """Whether ``run`` would now be quick: no index to build, no check of the store due (see
-    :class:`Ahead`)."""
-
-
-@dataclass(frozen=True, slots=True)
-class Ahead:
-    """Start ``call`` now, beside the store requests that follow; the answer is a :class:`Call`.
-
-    A flow yields it before a request whose answer the call does not need (the keyword leg
-    before the vector search) and yields the call it gets back where it needs the result;
-    that call raises what the started one raised. The sync driver runs a call that is
-    :attr:`Call.ready` on a worker thread while it searches (the keyword search's numpy work
-    then overlaps the query's embedding and Chroma's search); any other call (one that would
-    build an index or read the store), or one met when every worker is busy, runs where it
-    is awaited, as if it had never been started. The async driver starts it as a task.
-    """
-
-    call: Call
-
-    def start(self) -> Call:
-        """The sync driver's start: on a worker if the call is ready and a worker is free.
-
-        The worker asks again before it runs the call (it may have waited for the GIL while
-        a check fell due); a call no longer ready is run by the caller when it is awaited.
-        The worker runs it in the caller's context (``contextvars``), as the caller would.
-        """
-        call = self.call
-        if not call.ready() or not _free_workers.acquire(blocking=False):
-            return call
-        try:
-            future = _worker_pool().submit(contextvars.copy_context().run, _if_ready, call)
-        except RuntimeError:  # the interpreter is shutting down: no new threads
-            _free_workers.release()
-            return call
-        future.add_done_callback(lambda _: _free_workers.release())
-
-        def result() -> Any:
-            answer = future.result()
-            return call.run() if answer is _NOT_RUN else answer
-
-        return Call(result, call.arun)
-
-    def astart(self) -> tuple[Call, asyncio.Future[Any]]:
-        """The async driver's start: a task now, that the driver cancels if the flow ends first.
-
-        Cancelling also marks a task that ended in an error as seen (no "Task exception was
-        never retrieved" when the vector search failed first).
-        """
-        task = asyncio.ensure_future(self.call.arun())
-
-        async def result() -> Any:
-            return await task
-
-        return Call(lambda: task.result(), result), task
-
-
-AHEAD_WORKERS = 2
-"""Worker threads for calls started ahead (per process). More would only queue for the GIL."""
-_free_workers = threading.BoundedSemaphore(AHEAD_WORKERS)
-_pool: ThreadPoolExecutor | None = None
-_pool_lock = threading.Lock()
-_NOT_RUN = object()
-"""A worker's answer for a call that was no longer ready: the caller runs it."""
-
-
-def _if_ready(call: Call) -> Any:
-    return call.run() if call.ready() else _NOT_RUN
-
-
-def _worker_pool() -> ThreadPoolExecutor:
-    global _pool
-    with _pool_lock:
-        if _pool is None:
-            _pool = ThreadPoolExecutor(AHEAD_WORKERS, thread_name_prefix="window-retriever-ahead")
-        return _pool
-
-
-def _new_pool_in_child() -> None:
-    """A forked child has none of its parent's threads: it starts its own pool when needed."""
-    global _pool, _pool_lock, _free_workers
-    _pool, _pool_lock = None, threading.Lock()
-    _free_workers = threading.BoundedSemaphore(AHEAD_WORKERS)
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_new_pool_in_child)
-
-
 class HybridSearch(CandidateSource):
     """Vector and keyword (BM25) candidates, fused by reciprocal rank (``_fusion``).
 
@@ -369,7 +267,7 @@ class HybridSearch(CandidateSource):
     def survey(self, query: str, k: int, params: Params) -> Flow:
         """The vector leg as ids and distances of a wider pool; its first ``k`` are fused."""
         width = max(k, SURVEY_WIDTH)
-        started = yield Ahead(self.keyword(query, k, params))
+        started = yield Beside(self.keyword(query, k, params))
         found = yield SearchIds(query, width, params.filter, params.where_document)
         keyword: list[tuple[str, float]] = yield started
         distances, bound = _survey_of(found)
@@ -391,7 +289,7 @@ class HybridSearch(CandidateSource):
     def find(
         self, query: str, k: int, params: Params, *, embeddings: bool, defer: bool = False
     ) -> Flow:
-        started = yield Ahead(self.keyword(query, k, params))
+        started = yield Beside(self.keyword(query, k, params))
         found = yield _search(query, k, params, measured=True)
         keyword: list[tuple[str, float]] = yield started
         vector = {document.id or "": n for n, document in enumerate(found.documents)}
@@ -481,8 +379,8 @@ class RetrieverHits(CandidateSource):
 
 
 @dataclass
-class _Read:
-    """Chunks read by id, with their stored vectors and their distances to the query."""
+class _Measured:
+    """Hits known by id, read with their stored vectors and their distances to the query."""
 
     documents: dict[str, Document]
     vectors: dict[str, Sequence[float]]
@@ -491,16 +389,11 @@ class _Read:
 
 
 def _read(ids: Sequence[str], query: Sequence[float] | None, params: Params) -> Flow:
-    """Read hits known by id, under the caller's filters, in one fetch (a :class:`_Read`)."""
-    neighbours = Neighbours(params, embeddings=True)
-    found = yield Fetch(list(ids), neighbours.where, params.where_document, embeddings=True)
-    documents: dict[str, Document] = {}
-    vectors: dict[str, Sequence[float]] = {}
-    for document, vector in zip(found.documents, found.embeddings, strict=True):
-        if neighbours.predicate is None or neighbours.predicate(document.metadata):
-            documents[document.id or ""] = document
-            vectors[document.id or ""] = vector
-    return _Read(documents, vectors, to_query(query, found.space, vectors, ids), found.space)
+    """Read hits known by id, under the caller's filters, in one fetch (a :class:`_Measured`)."""
+    read: Read = yield from Neighbours(params).read(ids, embeddings=True)
+    documents = {document.id or "": document for document in read.documents}
+    distances = to_query(query, read.space, read.vectors, ids)
+    return _Measured(documents, read.vectors, distances, read.space)
 
 
 def _unread(chunk_id: str, position: Position, ranks: tuple[tuple[str, int], ...] = ()) -> Hit:
@@ -514,12 +407,24 @@ def _hit_id(document: Any) -> str:
     return str(getattr(document, "id", None) or metadata.get(CHUNK_ID) or "")
 
 
-class Neighbours:
-    """Reads planned positions into a pool, in one batched fetch, under the caller's filter.
+@dataclass
+class Read:
+    """Chunks read by id that the caller's filter passes, in the order the store gave them."""
 
-    The filter is applied here when ``_filters`` can decide it (a fetch by ids alone is
-    Chroma's fastest read), and otherwise sent with the fetch for the store to apply: either
-    way a chunk the filter hides never joins a window.
+    documents: list[Document]
+    vectors: dict[str, Sequence[float]]
+    """Their stored vectors by id, when asked for."""
+    space: Space
+
+
+class Neighbours:
+    """Reads chunks by id under the caller's filter: the one place a read is checked.
+
+    Every chunk a retrieval reads by id (a hit known by id only, whatever found it, and every
+    neighbour) comes through :meth:`read`. The filter is applied there when ``_filters`` can
+    decide it (a fetch by ids alone is Chroma's fastest read), and otherwise sent with the
+    fetch for the store to apply: either way a chunk the filter hides is never returned, so
+    it never joins a window.
     """
 
     def __init__(self, params: Params, *, embeddings: bool = False) -> None:
@@ -536,16 +441,25 @@ class Neighbours:
         if not missing:
             return None
         ids = {make_chunk_id(*position): position for position in missing}
-        found = yield Fetch(list(ids), self.where, self.where_document, embeddings=self.embeddings)
+        read: Read = yield from self.read(list(ids), embeddings=self.embeddings)
         pool.fetched.update(missing)
         if pool.unread:
-            pool.space = found.space  # the hits' distances are measured in it (settle)
-        documents = list(found.documents)
-        if self.embeddings:
-            for document, vector in zip(documents, found.embeddings, strict=True):
-                pool.vectors[document.id or ""] = vector
-        admit(documents, ids, self.predicate, pool.chunks)
+            pool.space = read.space  # the hits' distances are measured in it (settle)
+        pool.vectors.update(read.vectors)
+        admit(read.documents, ids, pool.chunks)
         return None
+
+    def read(self, ids: Sequence[str], *, embeddings: bool = False) -> Flow:
+        """Read ``ids`` in one fetch; return a :class:`Read` of those the filter passes."""
+        found = yield Fetch(list(ids), self.where, self.where_document, embeddings=embeddings)
+        read = Read([], {}, found.space)
+        vectors = found.embeddings if embeddings else itertools.repeat(())
+        for document, vector in zip(found.documents, vectors, strict=embeddings):
+            if self.predicate is None or self.predicate(document.metadata):
+                read.documents.append(document)
+                if embeddings:
+                    read.vectors[document.id or ""] = vector
+        return read
 
     def read_located(
         self, covered: Sequence[Hit], ids: Mapping[str, Position], params: Params
@@ -555,21 +469,19 @@ class Neighbours:
         Return the pool, or ``None`` when a hit is not where its id says (the caller then
         searches the usual way).
         """
-        documents = (yield Fetch(list(ids), self.where, self.where_document)).documents
-        by_id = {document.id: document for document in documents}
+        found: Read = yield from self.read(list(ids))
+        by_id = {document.id: document for document in found.documents}
         hits: list[Hit] = []
         for hit in covered:
             document = by_id.get(hit.chunk.id)
-            if document is None or (
-                self.predicate is not None and not self.predicate(document.metadata)
-            ):
+            if document is None:
                 continue  # gone since the search, or hidden
             read = read_hit(document, hit.distance, strict=params.strict)
             if read.chunk.position not in (None, hit.chunk.position):
                 return None
             hits.append(replace(read, ranks=hit.ranks))
         kept, chunks = placed(unique(hits))
-        admit(documents, ids, self.predicate, chunks)
+        admit(found.documents, ids, chunks)
         return Pool(kept, chunks, fetched=set(ids.values()))
 
 

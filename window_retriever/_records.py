@@ -16,7 +16,6 @@ from typing import Any
 from langchain_core.documents import Document
 
 from window_retriever._errors import MissingWindowMetadataError
-from window_retriever._filters import Predicate
 from window_retriever._ids import (
     CHUNK_ID,
     CHUNK_INDEX,
@@ -124,18 +123,13 @@ def _is_offset(value: Any) -> bool:
 
 
 def admit(
-    documents: Sequence[Document],
-    ids: Mapping[str, Position],
-    predicate: Predicate | None,
-    chunks: dict[Position, Chunk],
+    documents: Sequence[Document], ids: Mapping[str, Position], chunks: dict[Position, Chunk]
 ) -> None:
-    """Add fetched neighbours that pass the caller's filter and are what their id promises."""
+    """Add fetched neighbours (the caller's filter passed them) that are what their id promises."""
     for document in documents:
         position = ids.get(document.id or "")
         if position is None or position in chunks:  # not asked, or read already (a hit)
             continue
-        if predicate is not None and not predicate(document.metadata):
-            continue  # hidden by the caller's filter: a gap, never part of a window
         chunk, problem = read_chunk(document)
         if problem is not None or chunk.position != position:
             logger.warning("stored chunk %r does not match its id; treated as a gap", document.id)

@@ -23,9 +23,8 @@ from langchain_core.retrievers import BaseRetriever
 from pydantic import ConfigDict, Field, PrivateAttr, ValidationError, model_validator
 
 from window_retriever._adaptive import DEFAULT_COHERENCE
+from window_retriever._beside import Beside, Call
 from window_retriever._candidates import (
-    Ahead,
-    Call,
     CandidateSource,
     HybridSearch,
     RetrieverHits,
@@ -218,7 +217,7 @@ class ContextWindowRetriever(BaseRetriever):
                     request = flow.send(response)
                 except StopIteration as done:
                     return done.value  # type: ignore[no-any-return]
-                if isinstance(request, Ahead):
+                if isinstance(request, Beside):
                     response, task = request.astart()
                     started.append(task)
                 elif isinstance(request, Call):
@@ -257,7 +256,7 @@ class ContextWindowRetriever(BaseRetriever):
 
     def _flow(
         self, query: str, params: Params, store: WindowStore
-    ) -> Generator[Request | Call | Ahead, Any, list[Document]]:
+    ) -> Generator[Request | Call | Beside, Any, list[Document]]:
         """The whole retrieval: candidates, then the strategy's fetch and selection."""
         if not isinstance(query, str):
             msg = f"the query must be a string, got {type(query).__name__}"
@@ -334,7 +333,7 @@ class ContextWindowRetriever(BaseRetriever):
         return adapted[1]
 
 
-def _run(flow: Generator[Request | Call | Ahead, Any, Any], store: WindowStore) -> Any:
+def _run(flow: Generator[Request | Call | Beside, Any, Any], store: WindowStore) -> Any:
     """Drive a flow of requests to its end, synchronously; return what it returns."""
     response: Any = None
     while True:
@@ -342,7 +341,7 @@ def _run(flow: Generator[Request | Call | Ahead, Any, Any], store: WindowStore) 
             request = flow.send(response)
         except StopIteration as done:
             return done.value
-        if isinstance(request, Ahead):
+        if isinstance(request, Beside):
             response = request.start()
         elif isinstance(request, Call):
             response = request.run()

@@ -26,6 +26,7 @@ from window_retriever._candidates import (
     Flow,
     Neighbours,
     Pool,
+    Read,
     Survey,
     TypicalLength,
     VectorSearch,
@@ -35,7 +36,7 @@ from window_retriever._candidates import (
 )
 from window_retriever._ids import make_chunk_id
 from window_retriever._params import Params
-from window_retriever._protocol import Fetch, Indexed
+from window_retriever._protocol import Indexed
 from window_retriever._records import once, placed, read_chunk, read_record, to_document
 from window_retriever._windows import (
     Assembly,
@@ -226,16 +227,13 @@ class Adaptive(_Budgeted):
         chosen = {chunk.id: chunk for window in windows for chunk in window.chunks}
         if not chosen:
             return []
-        ids = [*chosen, *gaps]
-        found = yield Fetch(ids, neighbours.where, neighbours.where_document)
+        found: Read = yield from neighbours.read([*chosen, *gaps])
         read: dict[str, Chunk] = {}
         filled = False
         for document in found.documents:
             chunk_id = document.id or ""
             stand_in = chosen.get(chunk_id)
             if stand_in is None and chunk_id not in gaps:
-                continue
-            if not predicate(document.metadata):
                 continue
             chunk, problem = read_chunk(document)
             if problem is not None:

@@ -48,6 +48,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
     ),
     # the retriever and ingestion: siblings, neither imports the other (checked below)
     "steps": (
+        "_beside",
         "_candidates",
         "_ingest",
         "_pipeline",
@@ -72,7 +73,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
     "front": ("",),
 }
 PURE = LAYERS["core"]
-RETRIEVER = ("_candidates", "_retriever", "_strategies")
+RETRIEVER = ("_beside", "_candidates", "_retriever", "_strategies")
 INGESTION = ("_ingest", "_pipeline", "ingestion")
 STORE_CLIENTS = {
     # the third-party packages only the store layer may import, and who imports them today

@@ -1,4 +1,4 @@
-"""The keyword leg runs beside the vector search when it is ready (``_candidates.Ahead``).
+"""The keyword leg runs beside the vector search when it is ready (``_beside.Beside``).
 
 A store in plain Python (``MemoryWindowStore`` with a keyword search of its own) tells each
 leg when the other ran: the vector search waits a moment for the keyword search to start,
@@ -25,7 +25,7 @@ from langchain_core.embeddings import DeterministicFakeEmbedding
 from langchain_text_splitters import RecursiveCharacterTextSplitter
 
 from window_retriever import ContextWindowRetriever, MemoryWindowStore, WindowSplitter, add_chunks
-from window_retriever import _candidates as candidates
+from window_retriever import _beside as beside_module
 from window_retriever._protocol import Found, IdHits, Search, SearchIds, Where
 
 ROOT = Path(__file__).parents[2]
@@ -133,10 +133,10 @@ def texts(documents: list[Document]) -> list[str]:
 @pytest.fixture(autouse=True)
 def workers_free() -> Iterator[None]:
     yield
-    for _ in range(candidates.AHEAD_WORKERS):  # every started call has ended and let its worker go
-        assert candidates._free_workers.acquire(timeout=OVERLAP_WAIT)
-    for _ in range(candidates.AHEAD_WORKERS):
-        candidates._free_workers.release()
+    for _ in range(beside_module.WORKERS):  # every started call has ended and let its worker go
+        assert beside_module._free_workers.acquire(timeout=OVERLAP_WAIT)
+    for _ in range(beside_module.WORKERS):
+        beside_module._free_workers.release()
 
 
 def test_a_ready_keyword_search_runs_on_a_worker_beside_the_vector_search() -> None:
@@ -146,7 +146,7 @@ def test_a_ready_keyword_search_runs_on_a_worker_beside_the_vector_search() -> N
     after = ContextWindowRetriever(vectorstore=later, total_budget=600).invoke(query)
     assert ready.overlapped == [True]
     assert ready.keyword_threads[0] is not threading.current_thread()
-    assert ready.keyword_threads[0].name.startswith("window-retriever-ahead")
+    assert ready.keyword_threads[0].name.startswith("window-retriever-beside")
     assert texts(beside) == texts(after)  # the same windows either way
     assert any("retries" in text for text in texts(beside))
 
@@ -167,7 +167,7 @@ def test_a_call_no_longer_ready_when_its_worker_runs_is_run_by_the_caller() -> N
     store.answers = [True, False]  # ready when started, not when the worker asks again
     ContextWindowRetriever(vectorstore=store, total_budget=600).invoke("retries")
     assert store.asked[0] is threading.current_thread()
-    assert store.asked[1].name.startswith("window-retriever-ahead")
+    assert store.asked[1].name.startswith("window-retriever-beside")
     assert store.keyword_threads == [threading.current_thread()]
 
 
@@ -186,13 +186,13 @@ def test_the_worker_runs_the_keyword_search_in_the_callers_context() -> None:
 def test_with_every_worker_busy_the_keyword_search_runs_in_the_callers_thread() -> None:
     store = legs(ready=True)
     store.vector_waits = 0.2
-    for _ in range(candidates.AHEAD_WORKERS):
-        assert candidates._free_workers.acquire(blocking=False)
+    for _ in range(beside_module.WORKERS):
+        assert beside_module._free_workers.acquire(blocking=False)
     try:
         ContextWindowRetriever(vectorstore=store, total_budget=600).invoke("retries")
     finally:
-        for _ in range(candidates.AHEAD_WORKERS):
-            candidates._free_workers.release()
+        for _ in range(beside_module.WORKERS):
+            beside_module._free_workers.release()
     assert store.keyword_threads == [threading.current_thread()]
 
 
@@ -260,18 +260,18 @@ def test_async_a_vector_search_error_cancels_the_started_task_and_leaves_no_erro
 
 FORKED_CHILD = """
 import os, signal, sys
-from tests.unit.test_ahead import legs
+from tests.unit.test_beside import legs
 from window_retriever import ContextWindowRetriever
-from window_retriever import _candidates as candidates
+from window_retriever import _beside as beside_module
 
 ContextWindowRetriever(vectorstore=legs(ready=True), total_budget=600).invoke("retries")
-assert candidates._pool is not None  # the parent's workers exist, and are not the child's
+assert beside_module._pool is not None  # the parent's workers exist, and are not the child's
 child = os.fork()
 if child == 0:
     signal.alarm(20)  # a child that waits for its parent's workers ends here
     store = legs(ready=True)
     ContextWindowRetriever(vectorstore=store, total_budget=600).invoke("retries")
-    os._exit(0 if store.keyword_threads[0].name.startswith("window-retriever-ahead") else 3)
+    os._exit(0 if store.keyword_threads[0].name.startswith("window-retriever-beside") else 3)
 _, status = os.waitpid(child, 0)
 if os.WIFSIGNALED(status):
     sys.exit("the child's query never ended: it waited for its parent's workers")
