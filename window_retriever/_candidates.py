@@ -21,11 +21,23 @@ from typing import Any, Protocol
 from langchain_core.documents import Document
 
 from window_retriever._beside import Beside, Call
+from window_retriever._errors import ConfigurationError
 from window_retriever._filters import Predicate, compile_where
 from window_retriever._fusion import DEFAULT_WEIGHTS, Fused, fuse
 from window_retriever._ids import CHUNK_ID, make_chunk_id
 from window_retriever._params import Params
-from window_retriever._protocol import Fetch, Found, Indexed, Request, Search, SearchIds, Space
+from window_retriever._protocol import (
+    Fetch,
+    Found,
+    IdHits,
+    Indexed,
+    Request,
+    Search,
+    SearchIds,
+    Space,
+    WindowStore,
+    in_thread,
+)
 from window_retriever._records import admit, placed, read_hit, read_hits, unique
 from window_retriever._windows import Chunk, Hit, Measure, Position
 
@@ -376,6 +388,57 @@ class RetrieverHits(CandidateSource):
             returned=len(given),
             fused=True,
         )
+
+
+def source_for(params: Params, store: WindowStore) -> CandidateSource:
+    """Where the hits come from: the store's vector search, hybrid, or another retriever."""
+    choice = params.candidates
+    if choice is None:  # the best measured: hybrid where a budget is shared (docs/benchmarks.md)
+        budgeted = params.total_budget is not None and store.supports_keyword_search
+        choice = "hybrid" if budgeted else "vector"
+    if choice == "vector":
+        return VectorSearch(locates=store.supports_search_ids)
+    if choice == "hybrid":
+        weights = {"vector": 1.0, "keyword": params.keyword_weight}
+        return HybridSearch(
+            _keyword(store),
+            weights,
+            locates=store.supports_search_ids,
+            held=store,
+        )
+    if choice == "keyword":
+        return HybridSearch(_keyword(store), {"vector": 0.0, "keyword": 1.0})
+    embedder = store.embeddings
+    if embedder is None:
+        msg = (
+            "candidates=<retriever> needs the store's embedding model to measure its hits; "
+            "create the store with an embedding_function"
+        )
+        raise ConfigurationError(msg)
+    return RetrieverHits(
+        params.candidates,
+        lambda query: Call(
+            lambda: embedder.embed_query(query), lambda: embedder.aembed_query(query)
+        ),
+    )
+
+
+def _keyword(store: WindowStore) -> Callable[[str, int, Params], Call]:
+    """The keyword leg: the store's BM25 search, run in a thread from async code."""
+    if not store.supports_keyword_search:
+        msg = (
+            "candidates='hybrid' needs a store with a keyword search, such as a "
+            f"langchain_chroma.Chroma; {type(store).__name__} has none: use candidates='vector'"
+        )
+        raise ConfigurationError(msg)
+
+    def call(query: str, k: int, params: Params) -> Call:
+        def run() -> IdHits:
+            return store.keyword_search(query, k, params.filter, params.where_document)
+
+        return Call(run, lambda: in_thread(run), store.keyword_search_ready)
+
+    return call
 
 
 @dataclass

@@ -171,6 +171,14 @@ def to_document(window: Window, *, over_budget: bool = False) -> Document:
     return Document(page_content=window.text, metadata=metadata, id=document_id)
 
 
+def to_plain_document(hit: Hit) -> Document:
+    """A hit as the plain chunk it is, with its ``score`` (distance) and, fused, ``hit_ranks``."""
+    metadata = {**hit.chunk.metadata, "score": hit.distance}
+    if hit.ranks:
+        metadata["hit_ranks"] = dict(hit.ranks)
+    return Document(page_content=hit.chunk.text, metadata=metadata, id=hit.chunk.id)
+
+
 _PLACE_KEYS = ("source", FILE_ID, "first_chunk_index", "last_chunk_index", START_INDEX, "end_index")
 
 

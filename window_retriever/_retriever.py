@@ -2,16 +2,16 @@
 
 The class holds the options and drives one retrieval; the steps are elsewhere, each in a small
 module: the options are checked in ``_params``, hits come from a candidate source
-(``_candidates``), a strategy (``_strategies``) plans the neighbour fetch and chooses the
-windows with the pure algorithm of ``_windows`` and ``_adaptive``, and ``_records`` turns them
-into documents. A retrieval is written once, as a generator of store requests; the sync and
-async paths drive it and differ by one ``await``.
+(``_candidates.source_for``), a strategy (``_strategies``) plans the neighbour fetch and
+chooses the windows with the pure algorithm of ``_windows`` and ``_adaptive``, and
+``_records`` turns them into documents. A retrieval is written once, as a generator of
+requests (``Flow``); ``_run`` and ``_arun`` drive it and differ by one ``await``.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Generator
+from collections.abc import Callable
 from typing import Any
 
 from langchain_core.callbacks import (
@@ -25,17 +25,16 @@ from pydantic import ConfigDict, Field, PrivateAttr, ValidationError, model_vali
 from window_retriever._adaptive import DEFAULT_COHERENCE
 from window_retriever._beside import Beside, Call
 from window_retriever._candidates import (
-    CandidateSource,
-    HybridSearch,
-    RetrieverHits,
+    Flow,
     TypicalLength,
-    VectorSearch,
     above_floor,
+    source_for,
 )
 from window_retriever._errors import ConfigurationError
 from window_retriever._fusion import DEFAULT_KEYWORD_WEIGHT
 from window_retriever._params import OVERRIDABLE, Expansion, Params, describe, resolve
-from window_retriever._protocol import IdHits, Request, WindowStore, aexecute, execute, in_thread
+from window_retriever._protocol import WindowStore, aexecute, execute
+from window_retriever._records import to_plain_document
 from window_retriever._stores import store_adapter
 from window_retriever._strategies import strategy_for
 from window_retriever._windows import DEFAULT_WINDOW_BUDGET, Mode
@@ -208,116 +207,28 @@ class ContextWindowRetriever(BaseRetriever):
         self, query: str, *, run_manager: AsyncCallbackManagerForRetrieverRun, **kwargs: Any
     ) -> list[Document]:
         store = self._store()
-        flow = self._flow(query, self._params(kwargs), store)
-        response: Any = None
-        started: list[asyncio.Future[Any]] = []
-        try:
-            while True:
-                try:
-                    request = flow.send(response)
-                except StopIteration as done:
-                    return done.value  # type: ignore[no-any-return]
-                if isinstance(request, Beside):
-                    response, task = request.astart()
-                    started.append(task)
-                elif isinstance(request, Call):
-                    response = await request.arun()
-                else:
-                    response = await aexecute(store, request)
-        finally:
-            for task in started:  # the flow ended before it awaited them (an error)
-                task.cancel()
+        documents: list[Document] = await _arun(
+            self._flow(query, self._params(kwargs), store), store
+        )
+        return documents
 
     def hits(self, query: str, **kwargs: Any) -> list[Document]:
         """The ``k`` hits windows would grow from, as plain chunks, best first; no neighbours.
 
         What the candidate step finds (vector, hybrid or another retriever's hits) under the
         same options and filters (``floor`` relative to these ``k``), each with its ``score``
-        (distance) and, fused, its ``hit_ranks``: for inspecting retrieval, or as a plain
-        top-chunks baseline.
+        and, fused, its ``hit_ranks``: to inspect retrieval, or as a top-chunks baseline.
         """
         store = self._store()
         params = self._params(kwargs)
-        if not isinstance(query, str):
-            msg = f"the query must be a string, got {type(query).__name__}"
-            raise ConfigurationError(msg)
-        source = self._source(params, store)
-        pool = _run(source.find(query, params.k, params, embeddings=False), store)
-        pool.hits = above_floor(pool.hits, params.floor)
-        return [
-            Document(
-                page_content=hit.chunk.text,
-                metadata={**hit.chunk.metadata, "score": hit.distance}
-                | ({"hit_ranks": dict(hit.ranks)} if hit.ranks else {}),
-                id=hit.chunk.id,
-            )
-            for hit in pool.hits[: params.k]
-        ]
+        source = source_for(params, store)
+        pool = _run(source.find(_checked(query), params.k, params, embeddings=False), store)
+        return [to_plain_document(hit) for hit in above_floor(pool.hits, params.floor)[: params.k]]
 
-    def _flow(
-        self, query: str, params: Params, store: WindowStore
-    ) -> Generator[Request | Call | Beside, Any, list[Document]]:
-        """The whole retrieval: candidates, then the strategy's fetch and selection."""
-        if not isinstance(query, str):
-            msg = f"the query must be a string, got {type(query).__name__}"
-            raise ConfigurationError(msg)
-        source = self._source(params, store)
-        documents: list[Document] = yield from strategy_for(params, self._lengths).run(
-            query, params, source
-        )
-        return documents
-
-    def _source(self, params: Params, store: WindowStore) -> CandidateSource:
-        """Where the hits come from: the store's vector search, hybrid, or another retriever."""
-        choice = params.candidates
-        if (
-            choice is None
-        ):  # the best measured: hybrid where a budget is shared (docs/benchmarks.md)
-            budgeted = params.total_budget is not None and store.supports_keyword_search
-            choice = "hybrid" if budgeted else "vector"
-        if choice == "vector":
-            return VectorSearch(locates=store.supports_search_ids)
-        if choice == "hybrid":
-            weights = {"vector": 1.0, "keyword": params.keyword_weight}
-            return HybridSearch(
-                self._keyword(store),
-                weights,
-                locates=store.supports_search_ids,
-                held=store,
-            )
-        if choice == "keyword":
-            return HybridSearch(self._keyword(store), {"vector": 0.0, "keyword": 1.0})
-        embedder = store.embeddings
-        if embedder is None:
-            msg = (
-                "candidates=<retriever> needs the store's embedding model to measure its hits; "
-                "create the store with an embedding_function"
-            )
-            raise ConfigurationError(msg)
-        return RetrieverHits(
-            params.candidates,
-            lambda query: Call(
-                lambda: embedder.embed_query(query), lambda: embedder.aembed_query(query)
-            ),
-        )
-
-    @staticmethod
-    def _keyword(store: WindowStore) -> Callable[[str, int, Params], Call]:
-        """The keyword leg: the store's BM25 search, run in a thread from async code."""
-        if not store.supports_keyword_search:
-            msg = (
-                "candidates='hybrid' needs a store with a keyword search, such as a "
-                f"langchain_chroma.Chroma; {type(store).__name__} has none: use candidates='vector'"
-            )
-            raise ConfigurationError(msg)
-
-        def call(query: str, k: int, params: Params) -> Call:
-            def run() -> IdHits:
-                return store.keyword_search(query, k, params.filter, params.where_document)
-
-            return Call(run, lambda: in_thread(run), store.keyword_search_ready)
-
-        return call
+    def _flow(self, query: str, params: Params, store: WindowStore) -> Flow:
+        """The whole retrieval: candidates, then the strategy's plan, fetch and selection."""
+        source = source_for(params, store)
+        return strategy_for(params, self._lengths).run(_checked(query), params, source)
 
     def _params(self, overrides: dict[str, Any]) -> Params:
         fields = {name: getattr(self, name) for name in OVERRIDABLE}
@@ -333,7 +244,14 @@ class ContextWindowRetriever(BaseRetriever):
         return adapted[1]
 
 
-def _run(flow: Generator[Request | Call | Beside, Any, Any], store: WindowStore) -> Any:
+def _checked(query: Any) -> str:
+    if not isinstance(query, str):
+        msg = f"the query must be a string, got {type(query).__name__}"
+        raise ConfigurationError(msg)
+    return query
+
+
+def _run(flow: Flow, store: WindowStore) -> Any:
     """Drive a flow of requests to its end, synchronously; return what it returns."""
     response: Any = None
     while True:
@@ -347,3 +265,25 @@ def _run(flow: Generator[Request | Call | Beside, Any, Any], store: WindowStore)
             response = request.run()
         else:
             response = execute(store, request)
+
+
+async def _arun(flow: Flow, store: WindowStore) -> Any:
+    """Drive a flow of requests to its end, awaiting each; return what it returns."""
+    response: Any = None
+    started: list[asyncio.Future[Any]] = []
+    try:
+        while True:
+            try:
+                request = flow.send(response)
+            except StopIteration as done:
+                return done.value
+            if isinstance(request, Beside):
+                response, task = request.astart()
+                started.append(task)
+            elif isinstance(request, Call):
+                response = await request.arun()
+            else:
+                response = await aexecute(store, request)
+    finally:
+        for task in started:  # the flow ended before it awaited them (an error)
+            task.cancel()
