@@ -38,7 +38,7 @@ from window_retriever._protocol import (
     WindowStore,
     in_thread,
 )
-from window_retriever._records import admit, placed, read_hit, read_hits, unique
+from window_retriever._records import add_neighbours, by_position, read_hit, read_hits, unique
 from window_retriever._windows import Chunk, Hit, Measure, Position
 
 Flow = Generator["Request | Call | Beside", Any, Any]
@@ -186,7 +186,7 @@ class VectorSearch(CandidateSource):
     def survey(self, query: str, k: int, params: Params) -> Flow:
         width = max(k, SURVEY_WIDTH)
         found = yield SearchIds(query, width, params.filter, params.where_document)
-        hits = located(found[:k])  # the rest of the pool is measured by id, whatever its form
+        hits = hits_by_id(found[:k])  # the rest of the pool is measured by id, whatever its form
         if hits is None:
             return None
         distances, bound = _survey_of(found)
@@ -215,7 +215,7 @@ class VectorSearch(CandidateSource):
         has another form (the caller then searches the usual way).
         """
         found = yield SearchIds(query, k, params.filter, params.where_document)
-        return located(found), len(found)
+        return hits_by_id(found), len(found)
 
 
 def _vectors(found: Found) -> dict[str, Sequence[float]]:
@@ -285,7 +285,7 @@ class HybridSearch(CandidateSource):
         distances, bound = _survey_of(found)
         vector = list(dict.fromkeys(chunk_id for chunk_id, _ in found))[:k]
         fused = self._fuse(vector, keyword, k)
-        positions = _positions([item.id for item in fused])
+        positions = positions_of([item.id for item in fused])
         if positions is None:
             return None
         hits = [
@@ -310,7 +310,7 @@ class HybridSearch(CandidateSource):
         vectors = _vectors(found)
         distances = dict(zip(vector, found.distances, strict=True))
         unread = [item.id for item in fused if item.id not in documents]
-        positions = (_positions(unread) if defer else None) or {}
+        positions = (positions_of(unread) if defer else None) or {}
         if unread and not positions:  # read here: the caller's fetch cannot (or may not)
             read = yield from _read(unread, found.query_embedding, params)
             documents |= read.documents
@@ -324,7 +324,7 @@ class HybridSearch(CandidateSource):
             elif item.id in positions:  # read with the caller's neighbour fetch: one call less
                 hits.append(_unread(item.id, positions[item.id], item.ranks))
         hits = unique(hits)
-        _, chunks = placed([hit for hit in hits if hit.chunk.id not in positions])
+        _, chunks = by_position([hit for hit in hits if hit.chunk.id not in positions])
         return Pool(
             hits,
             chunks,
@@ -360,7 +360,7 @@ class RetrieverHits(CandidateSource):
         ids = list(dict.fromkeys(_hit_id(document) for document in given))
         ids = [chunk_id for chunk_id in ids if chunk_id][:k]
         query_vector = yield self.embed_query(query)
-        positions = _positions(ids) if defer else None
+        positions = positions_of(ids) if defer else None
         if positions is not None:  # read with the caller's neighbour fetch: one call less
             placeholders = [_unread(chunk_id, position) for chunk_id, position in positions.items()]
             return Pool(
@@ -377,7 +377,7 @@ class RetrieverHits(CandidateSource):
             for chunk_id in ids
             if chunk_id in read.documents and chunk_id in read.distances
         ]
-        kept, chunks = placed(unique(hits))
+        kept, chunks = by_position(unique(hits))
         return Pool(
             kept,
             chunks,
@@ -509,7 +509,7 @@ class Neighbours:
         if pool.unread:
             pool.space = read.space  # the hits' distances are measured in it (settle)
         pool.vectors.update(read.vectors)
-        admit(read.documents, ids, pool.chunks)
+        add_neighbours(read.documents, ids, pool.chunks)
         return None
 
     def read(self, ids: Sequence[str], *, embeddings: bool = False) -> Flow:
@@ -543,8 +543,8 @@ class Neighbours:
             if read.chunk.position not in (None, hit.chunk.position):
                 return None
             hits.append(replace(read, ranks=hit.ranks))
-        kept, chunks = placed(unique(hits))
-        admit(found.documents, ids, chunks)
+        kept, chunks = by_position(unique(hits))
+        add_neighbours(found.documents, ids, chunks)
         return Pool(kept, chunks, fetched=set(ids.values()))
 
 
@@ -600,7 +600,7 @@ class TypicalLength:
         return self._low if self._median is not None else None
 
 
-def _positions(ids: Sequence[str]) -> dict[str, Position] | None:
+def positions_of(ids: Sequence[str]) -> dict[str, Position] | None:
     """The positions ``file_id:chunk_index`` ids name; ``None`` if one has another form."""
     positions: dict[str, Position] = {}
     for chunk_id in ids:
@@ -651,7 +651,7 @@ def to_query(
     return {chunk_id: float(value) for chunk_id, value in zip(kept, distances, strict=True)}
 
 
-def located(found: Sequence[tuple[str, float]]) -> list[Hit] | None:
+def hits_by_id(found: Sequence[tuple[str, float]]) -> list[Hit] | None:
     """Hits known by id alone: ``file_id:chunk_index`` ids give their positions, no text.
 
     ``None`` when an id has another form (the caller then reads the hits the usual way).

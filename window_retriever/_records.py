@@ -46,12 +46,12 @@ def read_hits(
     results: Sequence[tuple[Document, float]], *, strict: bool
 ) -> tuple[list[Hit], dict[Position, Chunk]]:
     """Search results as hits (each chunk once), and the chunks they put in place."""
-    return placed(
+    return by_position(
         unique([read_hit(document, distance, strict=strict) for document, distance in results])
     )
 
 
-def placed(hits: list[Hit]) -> tuple[list[Hit], dict[Position, Chunk]]:
+def by_position(hits: list[Hit]) -> tuple[list[Hit], dict[Position, Chunk]]:
     """``hits`` with the chunks they put in place, by position."""
     chunks: dict[Position, Chunk] = {}
     for hit in hits:
@@ -122,7 +122,7 @@ def _is_offset(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
-def admit(
+def add_neighbours(
     documents: Sequence[Document], ids: Mapping[str, Position], chunks: dict[Position, Chunk]
 ) -> None:
     """Add fetched neighbours (the caller's filter passed them) that are what their id promises."""
@@ -182,7 +182,7 @@ def to_plain_document(hit: Hit) -> Document:
 _PLACE_KEYS = ("source", FILE_ID, "first_chunk_index", "last_chunk_index", START_INDEX, "end_index")
 
 
-def once(documents: list[Document]) -> list[Document]:
+def without_repeated_texts(documents: list[Document]) -> list[Document]:
     """Each text once: a window whose text equals a better window's is left out.
 
     Texts are compared after Unicode (NFKC) and whitespace normalisation only, so windows that

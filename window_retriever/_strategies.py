@@ -37,7 +37,13 @@ from window_retriever._candidates import (
 from window_retriever._ids import make_chunk_id
 from window_retriever._params import Params
 from window_retriever._protocol import Indexed
-from window_retriever._records import once, placed, read_chunk, read_record, to_document
+from window_retriever._records import (
+    by_position,
+    read_chunk,
+    read_record,
+    to_document,
+    without_repeated_texts,
+)
 from window_retriever._windows import (
     Assembly,
     Chunk,
@@ -204,7 +210,7 @@ class Adaptive(_Budgeted):
         total = params.total_budget
         assert total is not None  # noqa: S101 - strategy_for checked
         measure = Measure(params.length_function)
-        hits, chunks = placed(hits)
+        hits, chunks = by_position(hits)
         pool = Pool(hits, chunks, fused=survey.fused)
         planned = {
             make_chunk_id(*position): position
@@ -331,7 +337,7 @@ def _documents(windows: list[Window], over: bool, total: int, params: Params) ->
     """The chosen windows as documents, cut to the total budget unless the one is over it."""
     if not over:
         windows = fit_total(windows, total, params.length_function)
-    return once([to_document(window, over_budget=over) for window in windows])
+    return without_repeated_texts([to_document(window, over_budget=over) for window in windows])
 
 
 def _stand_in(chunk_id: str, held: Indexed) -> Chunk | None:
@@ -417,7 +423,7 @@ class StaticWindows(Strategy):
                 or (pool.returned < fetch_k and not unread)
                 or (self.floored and not unread)
             ):
-                return once([to_document(window) for window in assembly.windows])
+                return without_repeated_texts([to_document(window) for window in assembly.windows])
             if unread:
                 lean = False  # fewer windows than planned: read every candidate
             else:
