@@ -6,9 +6,9 @@ embedding), which the sync driver runs and the async driver awaits. :class:`Besi
 call early, beside the store requests that follow: the default's keyword search runs on a
 worker thread while the query is embedded and Chroma searches. That overlap is the only
 worker thread in the retrieval, and it is kept because it pays with the packaged embedding
-model (the keyword search hides behind the query's embedding); docs/benchmarks.md
-("The keyword leg beside the vector search") has the ratios and the command that measures
-them (``python benchmarks/beside.py``).
+model (the keyword search hides behind the query's embedding);
+docs/benchmarks.md#the-keyword-leg-beside-the-vector-search has the ratios and the command
+that measures them (``python benchmarks/beside.py``).
 """
 
 from __future__ import annotations

@@ -23,20 +23,17 @@ from langchain_core.retrievers import BaseRetriever
 from pydantic import ConfigDict, Field, PrivateAttr, ValidationError, model_validator
 
 from window_retriever._adaptive import DEFAULT_COHERENCE
+from window_retriever._adaptive_strategy import Adaptive
 from window_retriever._beside import Beside, Call
-from window_retriever._candidates import (
-    Flow,
-    TypicalLength,
-    above_floor,
-    source_for,
-)
+from window_retriever._candidates import source_for
 from window_retriever._errors import ConfigurationError
 from window_retriever._fusion import DEFAULT_KEYWORD_WEIGHT
 from window_retriever._params import OVERRIDABLE, Expansion, Params, describe, resolve
+from window_retriever._pool import Flow, TypicalLength, above_floor
 from window_retriever._protocol import WindowStore, aexecute, execute
 from window_retriever._records import to_plain_document
 from window_retriever._stores import store_adapter
-from window_retriever._strategies import strategy_for
+from window_retriever._strategies import BudgetedStatic, StaticWindows, Strategy
 from window_retriever._windows import DEFAULT_WINDOW_BUDGET, Mode
 
 __all__ = ["OVERRIDABLE", "ContextWindowRetriever"]
@@ -242,6 +239,13 @@ class ContextWindowRetriever(BaseRetriever):
             self._adapted = adapted
             self._lengths = TypicalLength()
         return adapted[1]
+
+
+def strategy_for(params: Params, lengths: TypicalLength) -> Strategy:
+    """The strategy the options ask for."""
+    if params.total_budget is None:
+        return StaticWindows(lengths)
+    return Adaptive(lengths) if params.adaptive else BudgetedStatic()
 
 
 def _checked(query: Any) -> str:

@@ -48,9 +48,11 @@ LAYERS: dict[str, tuple[str, ...]] = {
     ),
     # the retriever and ingestion: siblings, neither imports the other (checked below)
     "steps": (
+        "_adaptive_strategy",
         "_beside",
         "_candidates",
         "_ingest",
+        "_pool",
         "_pipeline",
         "_retriever",
         "_strategies",
@@ -73,7 +75,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
     "front": ("",),
 }
 PURE = LAYERS["core"]
-RETRIEVER = ("_beside", "_candidates", "_retriever", "_strategies")
+RETRIEVER = ("_adaptive_strategy", "_beside", "_candidates", "_pool", "_retriever", "_strategies")
 INGESTION = ("_ingest", "_pipeline", "ingestion")
 STORE_CLIENTS = {
     # the third-party packages only the store layer may import, and who imports them today
