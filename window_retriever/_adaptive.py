@@ -67,7 +67,9 @@ Similarity = Callable[[str], Sequence[float] | None]
 """A chunk id -> the cosine similarity of every hit to that chunk (``None``: no embedding)."""
 
 DEFAULT_COHERENCE = 0.6
-"""Chosen on the two dev sets (LoCoMo and the Python documentation questions); see README."""
+"""How far a neighbour's worth is pulled toward the window it would join. Chosen on the two dev
+sets (LoCoMo and the Python documentation questions) as the value that did well on both:
+docs/benchmarks.md#one-context-budget-spent-where-it-buys-evidence-total_budget-adaptive-windows."""
 
 # How far a window may grow on one side, in chunks, at most; the neighbour fetch asks for no
 # more. A neighbour this far out keeps coherence ** 4 of its anchor's lead: next to nothing.

@@ -120,9 +120,9 @@ class ChromaWindowStore(WindowStore, AsyncWindowStore):
 
         Under a ``where`` the process's keyword index can decide, once the index is built,
         Chroma searches the ids it passes (:meth:`KeywordIndex.passing`) instead of applying
-        the filter: the same hits at a third to a sixth of the cost (20k chunks, a tenant of
-        2,000: 6.8 ms against 18; 100k chunks, 10,000: 16 ms against 89). As current as the
-        index, so every caller applies the filter to each chunk it reads (``Neighbours``).
+        the filter: the same hits at a fraction of the cost, since Chroma's ``where`` scans
+        (docs/benchmarks.md#chroma-reads-by-ids-against-a-where). As current as the index, so
+        every caller applies the filter to each chunk it reads (``Neighbours``).
         """
         vector = self._query_vector(request.query)
         passing = self._passing(request)
@@ -580,7 +580,7 @@ class ChromaKeywordSource:
 
         From the collection the last check found. Not ``limit`` / ``offset`` pages: Chroma
         scans past the offset on every page, so a read of every record would cost the square
-        of their number (docs/benchmarks.md, "The keyword index's lifecycle").
+        of their number (docs/benchmarks.md#the-keyword-indexs-lifecycle-issue-28).
         """
         collection = self._collection
         with store_errors(self.vectorstore):
@@ -590,7 +590,8 @@ class ChromaKeywordSource:
                 yield page
                 # Chroma's HTTP client leaves each response in a reference cycle (httpx's
                 # Request and Response), which only a full collection frees and Python runs
-                # one rarely: reading 1M chunks from a server held 5 GiB of spent pages.
+                # one rarely: without this, a read of a large collection from a server holds
+                # every spent page (docs/benchmarks.md#the-keyword-indexs-lifecycle-issue-28).
                 gc.collect()
 
     def allowed_ids(

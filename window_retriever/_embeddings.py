@@ -33,8 +33,8 @@ _BATCH_TOKENS = 512
 """The most padded tokens of one inference call (about five chunks of 400 characters).
 
 Small batches of texts of about the same length run fastest on a CPU: they pad little and
-their activations stay in the cache. Measured on 2 cores: 1.5x the throughput of 32 texts a
-call (``benchmarks/ingest_speed.py``)."""
+their activations stay in the cache, so they beat a fixed 32 texts a call
+(docs/benchmarks.md#the-embedding-models-session-settings)."""
 _MAX_THREADS = 8
 
 
@@ -137,9 +137,9 @@ class _Model:
 
     Several small single-threaded sessions beat one session of several threads on this
     model (they never wait for each other inside an operator), and graph optimisation at the
-    basic level runs this int8 graph faster than the extended fusions (measured on 2 cores,
-    ``benchmarks/ingest_speed.py``). A call that makes one batch (a query) runs on a session
-    of all threads instead, so one text is not held to one core.
+    basic level runs this int8 graph faster than the extended fusions
+    (docs/benchmarks.md#the-embedding-models-session-settings). A call that makes one batch
+    (a query) runs on a session of all threads instead, so one text is not held to one core.
     """
 
     def __init__(self, model_path: Path, threads: int) -> None:
@@ -169,7 +169,8 @@ class _Model:
         options.intra_op_num_threads = threads
         options.inter_op_num_threads = 1
         # Inputs change shape with every batch: a memory pattern or an arena planned for one
-        # shape only holds memory (up to 250 MB a session), it does not save time here.
+        # shape only holds memory, it does not save time here
+        # (docs/benchmarks.md#the-embedding-models-session-settings).
         options.enable_mem_pattern = False
         options.enable_cpu_mem_arena = False
         if threads > 1:  # do not burn the cores that other threads (a loader) need

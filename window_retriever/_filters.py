@@ -1,8 +1,8 @@
 """An evaluator of Chroma's metadata filter language, so neighbours are filtered in Python.
 
-Why: fetching neighbours by id is fast (about 1 ms for 40 ids on 100k chunks), but adding a
-``where`` to that fetch makes Chroma scan (about 600 ms). So the retriever fetches by id and
-applies the caller's filter here, to exactly the same effect as Chroma would.
+Why: a fetch of neighbours by ids alone is far cheaper than one with a ``where``, which makes
+Chroma scan (docs/benchmarks.md#chroma-reads-by-ids-against-a-where). So the retriever fetches
+by id and applies the caller's filter here, to exactly the same effect as Chroma would.
 
 "The same effect" is checked, not assumed: a differential property-based test runs random
 metadata and filters through Chroma and through :func:`compile_where` and requires identical

@@ -15,9 +15,9 @@ RRF_K = 60
 """The constant of reciprocal rank fusion: larger flattens the advantage of the top ranks."""
 
 DEFAULT_KEYWORD_WEIGHT = 1.0
-"""The keyword leg's weight against the vector leg's 1: equal weights, chosen of 0.5, 1 and 2 on
-the two dev sets (1 was best on the Python docs and second on LoCoMo, where 2 won and 0.5 was
-last; see docs/benchmarks.md)."""
+"""The keyword leg's weight against the vector leg's 1: equal weights. Which leg is stronger
+depends on the data, so the weight is the one of 0.5, 1 and 2 that did well on both dev sets
+(docs/benchmarks.md#hybrid-candidates-and-the-default)."""
 
 DEFAULT_WEIGHTS: Mapping[str, float] = {"vector": 1.0, "keyword": DEFAULT_KEYWORD_WEIGHT}
 

@@ -27,8 +27,8 @@ if TYPE_CHECKING:
 DEFAULT_HEADERS = False
 """Whether chunks are embedded with their context header by default (``WindowSplitter``,
 ``ingest``, the ``ingest`` command). Off: on the Python-docs dev set headers helped plain top
-chunks (+0.012 to +0.036 coverage) but cost the default retriever (adaptive windows over
-hybrid candidates) -0.025 at 1,000 and -0.023 at 4,000 characters; LoCoMo has no titles."""
+chunks but cost the default retriever (adaptive windows over hybrid candidates), and LoCoMo
+has no titles (docs/benchmarks.md#contextual-chunk-headers)."""
 CONTEXT_HEADER = "context_header"
 """Chunk metadata: the header embedded before the chunk's text (absent: none)."""
 SECTION_HEADINGS = "section_headings"

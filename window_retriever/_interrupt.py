@@ -16,12 +16,13 @@ Three places cannot take it:
 it would be raised in is inside importlib, or in code that ``exec`` or ``eval`` runs from a
 string; a ``python -c`` program is a string too, but nothing called it) and takes back one dropped
 by the third. A helper thread then asks again every few milliseconds, and the interrupt is
-raised at the first line outside those places, once the outermost import running ends: a few
-milliseconds, or up to about two seconds while a command first imports Chroma and the
-embedding model. A second Ctrl-C while the first is put off, or after it was raised (while the
-command cleans up), ends the process there and then, as a shell's user expects: an import
-that never ends must not hold it, and a second interrupt inside the clean-up could end the
-process by a signal (seen: a crash of the embedding's threads).
+raised at the first line outside those places, once the outermost import running ends: at
+once, or as late as the end of a command's first import of Chroma and the embedding model
+(docs/benchmarks.md#the-command-lines-start-up). A second Ctrl-C while the first is put off,
+or after it was raised (while the command cleans up), ends the process there and then, as a
+shell's user expects: an import that never ends must not hold it, and a second interrupt
+inside the clean-up could end the process by a signal (seen: a crash of the embedding's
+threads).
 
 This module imports only the standard library's lightest modules: it is installed before
 anything else is imported.

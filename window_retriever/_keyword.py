@@ -23,8 +23,8 @@ stays the source of truth:
   and for a store on a server in this machine's cache (:func:`cache_directory`), one folder
   per server, tenant and database, shared by every process on the machine.
 
-Why tantivy, and what it costs at 10k, 100k and 1M chunks against ``bm25s`` and SQLite FTS5:
-docs/benchmarks.md ("Keyword engines side by side").
+Why tantivy, and what it costs against ``bm25s`` and SQLite FTS5:
+docs/benchmarks.md#keyword-engines-side-by-side-issue-28.
 
 How the index learns that the collection changed
 -------------------------------------------------
@@ -134,8 +134,8 @@ DEFAULT_CHECK_INTERVAL = 1.0
 COUNT_EVERY = 30
 """A check reads the collection's record count (a scan of the collection) only once this many
 ``check_interval`` s have passed since it last read it; the other checks read the collection's
-id and generation token alone (one cheap call; costs in docs/benchmarks.md). Only a writer that
-bypasses this library is seen by its count."""
+id and generation token alone (one cheap call; see the check in
+docs/benchmarks.md#results). Only a writer that bypasses this library is seen by its count."""
 
 FOLDER = "window_retriever_keyword"
 """The folder under an embedded store's persist directory that holds the saved indexes."""
@@ -464,10 +464,10 @@ class KeywordIndex:
         """The ids of every chunk ``where`` passes, decided on the metadata this index holds.
 
         For a filtered vector search by ids (``ChromaWindowStore.search_ids``): Chroma's
-        ``ids=`` costs a third to a sixth of its ``where`` over the same chunks, for the same
-        hits. Kept per filter (the last :data:`_PASSING_KEPT`); the first time a filter is
-        seen, every chunk's metadata is read (still less than Chroma's ``where``: see
-        docs/benchmarks.md).
+        ``ids=`` costs a fraction of its ``where`` over the same chunks, for the same hits
+        (docs/benchmarks.md#chroma-reads-by-ids-against-a-where). Kept per filter (the last
+        :data:`_PASSING_KEPT`); the first time a filter is seen, every chunk's metadata is read
+        (still less than Chroma's ``where``).
 
         As current as the index (the module docstring): a chunk a bare write moved into the
         filter is missed until the next invalidation, one it moved out is still listed until

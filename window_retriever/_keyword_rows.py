@@ -301,7 +301,8 @@ class RowsBuilder:
         row = len(self._ids)
         self._ids.append(chunk_id)
         self._lengths.append(length)
-        # a copy: the bytes orjson returns keep its 4 KiB buffer (4,097 bytes a row, not 215)
+        # a copy: the bytes orjson returns keep its whole output buffer, many times a row's size
+        # (docs/benchmarks.md#the-keyword-indexs-lifecycle-issue-28)
         self._metadata.append(memoryview(orjson.dumps(metadata)).tobytes())
         self._words.append(words.encode())
         columns = self._columns

@@ -1,9 +1,10 @@
 """The ``window-retriever`` entry point: nothing to import before Ctrl-C is handled.
 
-Importing the command line takes a tenth of a second; an interrupt then would end in a
-traceback, or worse (see :mod:`window_retriever._interrupt`). This module imports only that
-light module, so the interrupt is handled from the first line of :func:`main` on (Python's own
-start-up, a few milliseconds, is the rest).
+Importing the command line takes long enough for a Ctrl-C to land in it, and an interrupt
+then would end in a traceback, or worse (see :mod:`window_retriever._interrupt`;
+docs/benchmarks.md#the-command-lines-start-up). This module imports only that light module, so
+the interrupt is handled from the first line of :func:`main` on (Python's own start-up is the
+rest).
 """
 
 from __future__ import annotations
