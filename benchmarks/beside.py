@@ -35,7 +35,7 @@ from langchain_core.embeddings import DeterministicFakeEmbedding, Embeddings
 from scale import corpus
 
 from window_retriever import ContextWindowRetriever, add_chunks, default_embeddings, open_store
-from window_retriever import _beside as beside_module
+from window_retriever.retrieval import _beside as beside_module
 
 _start_beside = beside_module.Beside.start
 

@@ -11,7 +11,7 @@ Data: ``benchmarks/data/pydocs_questions.jsonl``, one question a line::
      "evidence": ["exact quote", ...], "answer": "short answer"}
 
 ``page`` is relative to :data:`DOCS_ROOT`; every ``evidence`` quote is an exact substring,
-occurring exactly once, of the page's text as :func:`window_retriever._loaders.load_file`
+occurring exactly once, of the page's text as :func:`window_retriever.ingestion._loaders.load_file`
 loads it, and the gold spans of a question are the character spans of its quotes. ``answer``
 (optional) is a short string that occurs inside the evidence.
 """

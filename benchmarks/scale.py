@@ -66,10 +66,10 @@ from window_retriever import (
     load_file,
     open_store,
 )
-from window_retriever._chroma import ChromaWindowStore
-from window_retriever._keyword import DEFAULT_CHECK_INTERVAL
-from window_retriever._protocol import SearchIds
 from window_retriever.evaluation import CountingStore
+from window_retriever.keywords._index import DEFAULT_CHECK_INTERVAL
+from window_retriever.stores._chroma import ChromaWindowStore
+from window_retriever.stores._protocol import SearchIds
 
 PER_FILE = 50
 TENANTS = 10

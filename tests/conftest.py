@@ -61,7 +61,7 @@ def make_store(chroma_client: Any) -> Iterator[Callable[..., Chroma]]:
         )
 
     yield factory
-    from window_retriever._chroma import FEED_PREFIX
+    from window_retriever.stores._chroma import FEED_PREFIX
 
     for name in names:  # and the keyword change feed a write made beside it, if any
         feed = FEED_PREFIX + str(chroma_client.get_collection(name).id)
@@ -191,7 +191,7 @@ class FakeClock:
 @pytest.fixture
 def fresh_keyword_indexes() -> Iterator[None]:
     """No keyword index shared with another test (they are kept per collection per process)."""
-    from window_retriever._keyword import KeywordIndex
+    from window_retriever.keywords._index import KeywordIndex
 
     KeywordIndex._shared.clear()
     yield

@@ -14,7 +14,6 @@ from window_retriever._version import __version__
 
 if TYPE_CHECKING:  # what the names are; at run time each is imported on first use
     from window_retriever import citations, evaluation, ingestion, plotting
-    from window_retriever._chroma import ChromaWindowStore, invalidate_keywords
     from window_retriever._embeddings import MiniLMEmbeddings, default_embeddings
     from window_retriever._errors import (
         ConfigurationError,
@@ -23,21 +22,6 @@ if TYPE_CHECKING:  # what the names are; at run time each is imported on first u
         StoreError,
         WindowRetrieverError,
     )
-    from window_retriever._ingest import add_chunks, sync_file
-    from window_retriever._loaders import LoadOptions, load_file
-    from window_retriever._memory import MemoryWindowStore
-    from window_retriever._open import open_store
-    from window_retriever._protocol import (
-        AsyncWindowStore,
-        Fetch,
-        Found,
-        Record,
-        Search,
-        SearchIds,
-        WindowStore,
-    )
-    from window_retriever._retriever import ContextWindowRetriever
-    from window_retriever._splitter import WindowSplitter
     from window_retriever.citations import (
         CITATION_PROMPT,
         answer_with_sources,
@@ -46,29 +30,45 @@ if TYPE_CHECKING:  # what the names are; at run time each is imported on first u
     )
     from window_retriever.evaluation import evaluate, read_questions
     from window_retriever.ingestion import ingest
+    from window_retriever.ingestion._loaders import LoadOptions, load_file
+    from window_retriever.ingestion._splitter import WindowSplitter
+    from window_retriever.ingestion._write import add_chunks, sync_file
     from window_retriever.plotting import plot_window_map
+    from window_retriever.retrieval._retriever import ContextWindowRetriever
+    from window_retriever.stores._chroma import ChromaWindowStore, invalidate_keywords
+    from window_retriever.stores._memory import MemoryWindowStore
+    from window_retriever.stores._open import open_store
+    from window_retriever.stores._protocol import (
+        AsyncWindowStore,
+        Fetch,
+        Found,
+        Record,
+        Search,
+        SearchIds,
+        WindowStore,
+    )
 
 _WHERE = {
-    "AsyncWindowStore": "window_retriever._protocol",
+    "AsyncWindowStore": "window_retriever.stores._protocol",
     "CITATION_PROMPT": "window_retriever.citations",
-    "ChromaWindowStore": "window_retriever._chroma",
+    "ChromaWindowStore": "window_retriever.stores._chroma",
     "ConfigurationError": "window_retriever._errors",
-    "ContextWindowRetriever": "window_retriever._retriever",
-    "Fetch": "window_retriever._protocol",
-    "Found": "window_retriever._protocol",
-    "LoadOptions": "window_retriever._loaders",
-    "MemoryWindowStore": "window_retriever._memory",
+    "ContextWindowRetriever": "window_retriever.retrieval._retriever",
+    "Fetch": "window_retriever.stores._protocol",
+    "Found": "window_retriever.stores._protocol",
+    "LoadOptions": "window_retriever.ingestion._loaders",
+    "MemoryWindowStore": "window_retriever.stores._memory",
     "MiniLMEmbeddings": "window_retriever._embeddings",
     "MissingWindowMetadataError": "window_retriever._errors",
     "OwnershipError": "window_retriever._errors",
-    "Record": "window_retriever._protocol",
-    "Search": "window_retriever._protocol",
-    "SearchIds": "window_retriever._protocol",
+    "Record": "window_retriever.stores._protocol",
+    "Search": "window_retriever.stores._protocol",
+    "SearchIds": "window_retriever.stores._protocol",
     "StoreError": "window_retriever._errors",
     "WindowRetrieverError": "window_retriever._errors",
-    "WindowSplitter": "window_retriever._splitter",
-    "WindowStore": "window_retriever._protocol",
-    "add_chunks": "window_retriever._ingest",
+    "WindowSplitter": "window_retriever.ingestion._splitter",
+    "WindowStore": "window_retriever.stores._protocol",
+    "add_chunks": "window_retriever.ingestion._write",
     "answer_with_sources": "window_retriever.citations",
     "citation_sources": "window_retriever.citations",
     "citations": "window_retriever.citations",
@@ -78,13 +78,13 @@ _WHERE = {
     "format_with_citations": "window_retriever.citations",
     "ingest": "window_retriever.ingestion",
     "ingestion": "window_retriever.ingestion",
-    "invalidate_keywords": "window_retriever._chroma",
-    "load_file": "window_retriever._loaders",
-    "open_store": "window_retriever._open",
+    "invalidate_keywords": "window_retriever.stores._chroma",
+    "load_file": "window_retriever.ingestion._loaders",
+    "open_store": "window_retriever.stores._open",
     "plot_window_map": "window_retriever.plotting",
     "plotting": "window_retriever.plotting",
     "read_questions": "window_retriever.evaluation",
-    "sync_file": "window_retriever._ingest",
+    "sync_file": "window_retriever.ingestion._write",
 }
 """Where each public name lives: ``import window_retriever`` imports none of them (the command
 line starts at once, and a retriever does not pay for plotting or evaluation)."""

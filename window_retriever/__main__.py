@@ -2,6 +2,6 @@
 
 import sys
 
-from window_retriever._main import main
+from window_retriever.cli._main import main
 
 sys.exit(main())

@@ -18,8 +18,8 @@ from typing import Any
 import chromadb
 import pytest
 
-from window_retriever._cli import main
 from window_retriever._embeddings import MiniLMEmbeddings
+from window_retriever.cli._parser import main
 
 
 def html(title: str, paragraphs: list[str]) -> bytes:
@@ -260,7 +260,7 @@ def test_a_second_writer_is_stopped_with_the_fix(
         [
             sys.executable,
             "-c",
-            "import sys, time\nfrom window_retriever._lock import writer_lock\n"
+            "import sys, time\nfrom window_retriever.cli._lock import writer_lock\n"
             "with writer_lock(sys.argv[1]):\n    print('locked', flush=True)\n    time.sleep(60)\n",
             str(db),
         ],
@@ -490,7 +490,7 @@ def test_a_second_install_of_the_demo_replaces_the_first_ones_pages(
     first install's pages go, so a query does not return every window twice."""
     import shutil
 
-    from window_retriever._commands import bundled_pages
+    from window_retriever.cli._commands import bundled_pages
 
     other = tmp_path / "other-install" / "pages"
     shutil.copytree(bundled_pages(), other)

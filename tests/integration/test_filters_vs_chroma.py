@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import drop_collection
-from window_retriever._filters import KNOWN_OPERATORS, check_where, compile_where
+from window_retriever.core._filters import KNOWN_OPERATORS, check_where, compile_where
 
 INTS = [-2, -1, 0, 1, 2]
 FLOATS = [-1.5, -0.5, 0.0, 0.5, 1.0, 1.5, 2.0]

@@ -20,7 +20,7 @@ from typing import Any
 import chromadb
 import pytest
 
-from window_retriever._cli import main
+from window_retriever.cli._parser import main
 
 COMMAND = [sys.executable, "-m", "window_retriever"]
 

@@ -19,8 +19,8 @@ from langchain_core.documents import Document
 from langchain_core.embeddings import DeterministicFakeEmbedding
 
 from tests.integration.conftest import run_script, unique
-from window_retriever._chroma import keyword_index
-from window_retriever._keyword import COUNT_EVERY, KeywordIndex
+from window_retriever.keywords._index import COUNT_EVERY, KeywordIndex
+from window_retriever.stores._chroma import keyword_index
 
 pytestmark = pytest.mark.integration
 
@@ -41,8 +41,8 @@ import chromadb
 from langchain_chroma import Chroma
 from langchain_core.documents import Document
 from langchain_core.embeddings import DeterministicFakeEmbedding
-from window_retriever._chroma import ChromaKeywordSource, keyword_index
-from window_retriever._keyword import KeywordIndex
+from window_retriever.stores._chroma import ChromaKeywordSource, keyword_index
+from window_retriever.keywords._index import KeywordIndex
 if "host" in config:
     client = chromadb.HttpClient(host=config["host"], port=config["port"])
 else:
@@ -231,10 +231,10 @@ import asyncio, importlib.abc, importlib.machinery, json, sys, threading
 import chromadb
 from langchain_chroma import Chroma
 from langchain_core.embeddings import DeterministicFakeEmbedding
-from window_retriever._chroma import ChromaWindowStore
-from window_retriever._protocol import Fetch, SearchIds
+from window_retriever.stores._chroma import ChromaWindowStore
+from window_retriever.stores._protocol import Fetch, SearchIds
 
-NAME = "window_retriever._keyword"
+NAME = "window_retriever.keywords._index"
 started, release = threading.Event(), threading.Event()
 
 
@@ -297,7 +297,7 @@ def test_a_read_while_another_thread_first_imports_the_keyword_module_waits_for_
 
 KILLED = """
 import os, pathlib, time
-import window_retriever._keyword_engine as engine
+import window_retriever.keywords._engine as engine
 point = config["point"]
 def hold(*args):
     print("held", flush=True)
@@ -400,7 +400,7 @@ def test_another_process_s_library_writes_are_caught_up_on_every_machine(
     run(
         """
         from window_retriever import WindowSplitter, add_chunks, sync_file
-        from window_retriever._ingest import remove_file
+        from window_retriever.ingestion._write import remove_file
         splitter = WindowSplitter()
         add_chunks(store, splitter.split_documents(
             [Document(config["option"], metadata={"source": "new"})]))

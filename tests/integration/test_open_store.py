@@ -34,8 +34,8 @@ from window_retriever import (
     add_chunks,
     open_store,
 )
-from window_retriever._cli import main
-from window_retriever._stores import ChromaWindowStore
+from window_retriever.cli._parser import main
+from window_retriever.stores._adapters import ChromaWindowStore
 
 ENV_URL, ENV_TOKEN = "WINDOW_RETRIEVER_CHROMA_URL", "WINDOW_RETRIEVER_CHROMA_TOKEN"
 Guard = Callable[..., GuardedProxy]
@@ -127,7 +127,7 @@ def test_a_header_httpx_cannot_send_is_told_apart_from_an_unreachable_server(
     guarded_server: Guard, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The probe's own guard, behind the checks of the token: h11 refuses the header."""
-    import window_retriever._open as opened
+    import window_retriever.stores._open as opened
 
     proxy = guarded_server({"Authorization": f"Bearer {TOKEN}"})
     monkeypatch.setattr(opened, "_flaw", lambda value: "")  # let the bad token through

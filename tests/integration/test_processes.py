@@ -46,7 +46,7 @@ from window_retriever import (
     default_embeddings,
     load_file,
 )
-from window_retriever._cli import main
+from window_retriever.cli._parser import main
 
 pytestmark = pytest.mark.integration
 

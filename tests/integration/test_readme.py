@@ -24,8 +24,8 @@ from langchain_core.language_models.fake_chat_models import FakeListChatModel
 
 from tests.integration.conftest import PAGES, load_page
 from window_retriever import ContextWindowRetriever
-from window_retriever._cli import main
-from window_retriever._commands import DEMO_QUESTION
+from window_retriever.cli._commands import DEMO_QUESTION
+from window_retriever.cli._parser import main
 
 ROOT = Path(__file__).parents[2]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]

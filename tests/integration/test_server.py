@@ -26,8 +26,8 @@ from window_retriever import (
     StoreError,
     open_store,
 )
-from window_retriever._cli import main
-from window_retriever._stores import ChromaWindowStore
+from window_retriever.cli._parser import main
+from window_retriever.stores._adapters import ChromaWindowStore
 
 Guard = Callable[..., GuardedProxy]
 
@@ -361,7 +361,7 @@ def test_a_filtered_search_on_a_server_asks_for_the_ids_the_index_passes(
 ) -> None:
     """Once the process holds the keyword index, the search sends the ids its metadata
     passes in place of the filter (sync client and async HTTP alike), for Chroma's own hits."""
-    from window_retriever._chroma import _AsyncServer
+    from window_retriever.stores._chroma import _AsyncServer
 
     store = _indexed_store(chroma_server, "passing")
     where = {"tenant": "acme"}
@@ -405,7 +405,7 @@ def test_a_chunk_deleted_behind_the_index_s_back_does_not_fail_a_search_on_a_ser
 
 def _indexed_store(chroma_server: str, name: str) -> Chroma:
     """A new collection of the default notes on the server, its keyword index built."""
-    from window_retriever._chroma import keyword_index
+    from window_retriever.stores._chroma import keyword_index
 
     store = open_store(
         url=chroma_server,
@@ -421,7 +421,7 @@ def _indexed_store(chroma_server: str, name: str) -> Chroma:
 
 def _search_ids(store: Chroma, question: str, where: dict[str, Any], run: str) -> Any:
     """``search_ids`` of 8, by the sync client or over async HTTP (``run``)."""
-    from window_retriever._protocol import SearchIds
+    from window_retriever.stores._protocol import SearchIds
 
     request = SearchIds(question, 8, where)
     if run == "sync":

@@ -23,7 +23,7 @@ from langchain_chroma import Chroma
 from langchain_core.documents import Document
 
 from window_retriever import OwnershipError, WindowSplitter, sync_file
-from window_retriever._cli import main
+from window_retriever.cli._parser import main
 
 pytestmark = pytest.mark.integration
 
@@ -508,9 +508,9 @@ def test_a_file_added_after_the_listing_is_not_pruned_by_an_older_run(
     """Two ingests of one folder: A lists it, then b.txt appears and B ingests it, then A
     prunes. b.txt is there: it must stay (it is B's, not gone)."""
     from window_retriever import LoadOptions, WindowSplitter
-    from window_retriever._ingest import origins_of, prune_missing
-    from window_retriever._loaders import expand
-    from window_retriever._pipeline import ingest_sources
+    from window_retriever.ingestion._loaders import expand
+    from window_retriever.ingestion._pipeline import ingest_sources
+    from window_retriever.ingestion._write import origins_of, prune_missing
 
     folder = tmp_path / "pages"
     folder.mkdir()

@@ -56,7 +56,7 @@ def test_the_demo_runs_from_the_wheel_alone(tmp_path: Path) -> None:
     program = (
         "import sys; sys.path.insert(0, sys.argv[1]); import window_retriever; "
         "assert window_retriever.__file__.startswith(sys.argv[1]), window_retriever.__file__; "
-        "from window_retriever._cli import main; sys.exit(main(['demo', '--db', 'demo-db']))"
+        "from window_retriever.cli._parser import main; sys.exit(main(['demo', '--db', 'demo-db']))"
     )
     environment = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
     done = subprocess.run(

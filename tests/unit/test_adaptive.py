@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from window_retriever._adaptive import plan_adaptive_fetch, select_adaptive
-from window_retriever._windows import Chunk, Hit, Position, Window
+from window_retriever.core._adaptive import plan_adaptive_fetch, select_adaptive
+from window_retriever.core._windows import Chunk, Hit, Position, Window
 
 SIZE = 100  # every chunk is 100 characters: budgets below count chunks
 

@@ -25,8 +25,8 @@ from langchain_core.embeddings import DeterministicFakeEmbedding
 from langchain_text_splitters import RecursiveCharacterTextSplitter
 
 from window_retriever import ContextWindowRetriever, MemoryWindowStore, WindowSplitter, add_chunks
-from window_retriever import _beside as beside_module
-from window_retriever._protocol import Found, IdHits, Search, SearchIds, Where
+from window_retriever.retrieval import _beside as beside_module
+from window_retriever.stores._protocol import Found, IdHits, Search, SearchIds, Where
 
 ROOT = Path(__file__).parents[2]
 TENANT: contextvars.ContextVar[str] = contextvars.ContextVar("tenant", default="none")
@@ -262,7 +262,7 @@ FORKED_CHILD = """
 import os, signal, sys
 from tests.unit.test_beside import legs
 from window_retriever import ContextWindowRetriever
-from window_retriever import _beside as beside_module
+from window_retriever.retrieval import _beside as beside_module
 
 ContextWindowRetriever(vectorstore=legs(ready=True), total_budget=600).invoke("retries")
 assert beside_module._pool is not None  # the parent's workers exist, and are not the child's

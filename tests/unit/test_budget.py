@@ -15,7 +15,7 @@ from langchain_core.documents import Document
 from langchain_core.embeddings import Embeddings
 from langchain_text_splitters import RecursiveCharacterTextSplitter
 
-import window_retriever._adaptive_strategy
+import window_retriever.retrieval._adaptive_strategy
 from tests.conftest import StoreSpy
 from window_retriever import (
     ConfigurationError,
@@ -27,8 +27,8 @@ from window_retriever import (
     WindowStore,
     add_chunks,
 )
-from window_retriever._candidates import SURVEY_WIDTH
-from window_retriever._stores import execute, store_adapter
+from window_retriever.retrieval._candidates import SURVEY_WIDTH
+from window_retriever.stores._adapters import execute, store_adapter
 
 SPEAKERS = ("Caroline", "Melanie")
 TOPICS = ("pottery", "camping", "adoption", "painting", "running", "guitar", "library", "garden")
@@ -232,7 +232,7 @@ def test_a_survey_holding_every_chunk_gives_the_windows_vectors_give(
     # no two chunks alike (turns of one number and topic are in each conversation)
     chunks = split(distinct_conversations(80))
     add_chunks(store, chunks)
-    monkeypatch.setattr("window_retriever._candidates.SURVEY_WIDTH", len(chunks))
+    monkeypatch.setattr("window_retriever.retrieval._candidates.SURVEY_WIDTH", len(chunks))
     options: dict[str, Any] = {
         "total_budget": total,
         "window_budget": window_budget,
@@ -259,15 +259,15 @@ def test_a_chunk_outside_the_survey_is_measured_at_its_farthest_distance(
 ) -> None:
     """Pool chunks keep their own distance; any other is measured at the pool's farthest."""
     store, _ = conversations
-    monkeypatch.setattr("window_retriever._candidates.SURVEY_WIDTH", 12)
+    monkeypatch.setattr("window_retriever.retrieval._candidates.SURVEY_WIDTH", 12)
     seen: list[tuple[list[Any], dict[str, Any], dict[str, float]]] = []
-    select = window_retriever._adaptive_strategy.select_adaptive
+    select = window_retriever.retrieval._adaptive_strategy.select_adaptive
 
     def spy(hits: Any, pooled: Any, relevance: Any, **options: Any) -> Any:
         seen.append((hits, pooled, dict(relevance)))
         return select(hits, pooled, relevance, **options)
 
-    monkeypatch.setattr("window_retriever._adaptive_strategy.select_adaptive", spy)
+    monkeypatch.setattr("window_retriever.retrieval._adaptive_strategy.select_adaptive", spy)
     retriever = ContextWindowRetriever(
         vectorstore=store, total_budget=1500, candidates="vector", k=4, fetch_k=4
     )

@@ -25,9 +25,9 @@ from tests.unit.test_budget import (
     turns,
 )
 from window_retriever import ContextWindowRetriever, add_chunks
-from window_retriever._chroma import invalidate_keywords
-from window_retriever._protocol import SearchIds
-from window_retriever._stores import ChromaWindowStore, Indexed
+from window_retriever.stores._adapters import ChromaWindowStore, Indexed
+from window_retriever.stores._chroma import invalidate_keywords
+from window_retriever.stores._protocol import SearchIds
 
 QUESTIONS = [*TOPICS, "camping and guitar", "pottery in the garden library", "turn 12 running"]
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from window_retriever import __version__
-from window_retriever._cli import build_parser, main
+from window_retriever.cli._parser import build_parser, main
 
 CLI_REFERENCE = (Path(__file__).parents[2] / "docs" / "cli.md").read_text(encoding="utf-8")
 

@@ -97,7 +97,7 @@ def test_every_retriever_option_is_in_the_api_options_table() -> None:
     from langchain_core.retrievers import BaseRetriever
 
     from window_retriever import ContextWindowRetriever
-    from window_retriever._params import OVERRIDABLE
+    from window_retriever.retrieval._params import OVERRIDABLE
 
     text = prose(ROOT / "docs" / "api.md")
     section = text.split("## `ContextWindowRetriever(vectorstore, **options)`")[1].split("\n## ")[0]

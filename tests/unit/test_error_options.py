@@ -22,8 +22,6 @@ from window_retriever import (
     open_store,
     sync_file,
 )
-from window_retriever._cli import build_parser, main
-from window_retriever._commands import FLAGS, said
 from window_retriever._errors import (
     Command,
     CommandName,
@@ -31,9 +29,11 @@ from window_retriever._errors import (
     Option,
     OptionName,
 )
-from window_retriever._loaders import LoadOptions, load_file
-from window_retriever._lock import StoreLockedError, writer_lock
-from window_retriever._open import ENV_TIMEOUT
+from window_retriever.cli._commands import FLAGS, said
+from window_retriever.cli._lock import StoreLockedError, writer_lock
+from window_retriever.cli._parser import build_parser, main
+from window_retriever.ingestion._loaders import LoadOptions, load_file
+from window_retriever.stores._open import ENV_TIMEOUT
 
 PACKAGE = Path(__file__).parents[2] / "window_retriever"
 
@@ -118,7 +118,7 @@ def test_rewording_a_library_message_cannot_change_the_flag_the_cli_shows(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The words around an option are the library's to change; the flag stays the CLI's."""
-    from window_retriever import _open
+    from window_retriever.stores import _open
 
     real = _open._timeout
 

@@ -20,9 +20,9 @@ from langchain_chroma import Chroma
 from langchain_core.embeddings import DeterministicFakeEmbedding
 
 from window_retriever import ConfigurationError, ContextWindowRetriever, StoreError, open_store
-from window_retriever._cli import main
-from window_retriever._lock import writer_lock
-from window_retriever._stores import store_errors
+from window_retriever.cli._lock import writer_lock
+from window_retriever.cli._parser import main
+from window_retriever.stores._adapters import store_errors
 
 
 def one_line(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:

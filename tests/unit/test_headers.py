@@ -27,7 +27,7 @@ from window_retriever import (
     load_file,
     sync_file,
 )
-from window_retriever._headers import (
+from window_retriever.ingestion._headers import (
     CONTEXT_HEADER,
     SECTION_HEADINGS,
     embedded_text,

@@ -26,7 +26,7 @@ from window_retriever import (
     WindowSplitter,
     add_chunks,
 )
-from window_retriever._fusion import fuse
+from window_retriever.core._fusion import fuse
 
 # ---- fusion on hand-made rankings -----------------------------------------------------------
 

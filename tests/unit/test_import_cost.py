@@ -43,12 +43,12 @@ SCRIPT = textwrap.dedent(
     assert found, "the query found nothing"
     step("query")
 
-    from window_retriever._keyword import KeywordIndex
+    from window_retriever.keywords._index import KeywordIndex
     step("keyword module")
 
     import chromadb
     from langchain_chroma import Chroma
-    from window_retriever._chroma import ChromaKeywordSource
+    from window_retriever.stores._chroma import ChromaKeywordSource
 
     chroma = Chroma(
         client=chromadb.EphemeralClient(),
@@ -66,16 +66,16 @@ SCRIPT = textwrap.dedent(
 HEAVY = {"chromadb", "langchain_chroma", "matplotlib", "onnxruntime", "tantivy", "tokenizers"}
 """Third-party packages a retriever over a given store never needs."""
 LATER = {
-    "window_retriever._cli",
-    "window_retriever._commands",
-    "window_retriever._terminal",
-    "window_retriever._keyword",
-    "window_retriever._keyword_engine",
-    "window_retriever._keyword_rows",
-    "window_retriever._pipeline",
+    "window_retriever.cli._parser",
+    "window_retriever.cli._commands",
+    "window_retriever.cli._terminal",
+    "window_retriever.keywords._index",
+    "window_retriever.keywords._engine",
+    "window_retriever.keywords._rows",
+    "window_retriever.ingestion._pipeline",
     "window_retriever.citations",
     "window_retriever.evaluation",
-    "window_retriever.ingestion",
+    "window_retriever.ingestion._ingest",
     "window_retriever.plotting",
 }
 """The library's modules imported on first use only."""

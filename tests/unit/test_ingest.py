@@ -11,7 +11,7 @@ from langchain_core.documents import Document
 from langchain_text_splitters import RecursiveCharacterTextSplitter
 
 from window_retriever import ConfigurationError, ContextWindowRetriever, WindowSplitter, add_chunks
-from window_retriever._ingest import sync_file
+from window_retriever.ingestion._write import sync_file
 
 SPLITTER = WindowSplitter(RecursiveCharacterTextSplitter(chunk_size=60, chunk_overlap=10))
 

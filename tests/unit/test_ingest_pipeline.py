@@ -19,9 +19,9 @@ from langchain_text_splitters import RecursiveCharacterTextSplitter
 from pydantic import Field
 
 from window_retriever import LoadOptions, MemoryWindowStore, WindowSplitter
-from window_retriever import _pipeline as pipeline
-from window_retriever._ingest import FILE_CHUNKS
-from window_retriever._pipeline import ingest_sources
+from window_retriever.ingestion import _pipeline as pipeline
+from window_retriever.ingestion._pipeline import ingest_sources
+from window_retriever.ingestion._write import FILE_CHUNKS
 
 SPLITTER = WindowSplitter(RecursiveCharacterTextSplitter(chunk_size=60, chunk_overlap=0))
 

@@ -16,11 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from window_retriever._interrupt import RETRY_SIGNAL, _Guard, interrupts_where_safe
+from window_retriever.cli._interrupt import RETRY_SIGNAL, _Guard, interrupts_where_safe
 
 PROGRAM = """
 import os, signal, sys, threading, time
-from window_retriever._interrupt import RETRY_SIGNAL, _Guard, interrupts_where_safe
+from window_retriever.cli._interrupt import RETRY_SIGNAL, _Guard, interrupts_where_safe
 
 with interrupts_where_safe():
     try:
@@ -115,7 +115,7 @@ def test_a_second_ctrl_c_ends_an_import_that_does_not_end(tmp_path: Path) -> Non
         "import time\nprint('importing', flush=True)\ntime.sleep(30)\n"
     )
     program = (
-        "from window_retriever._interrupt import interrupts_where_safe\n"
+        "from window_retriever.cli._interrupt import interrupts_where_safe\n"
         "with interrupts_where_safe():\n"
         "    import stuck\n"
     )
@@ -179,7 +179,7 @@ def test_a_late_retry_signal_inside_exec_raises_nothing(tmp_path: Path) -> None:
         textwrap.dedent(
             """
             import os, signal
-            from window_retriever._interrupt import interrupts_where_safe
+            from window_retriever.cli._interrupt import interrupts_where_safe
 
             with interrupts_where_safe():
                 try:  # the first Ctrl-C is put off inside exec, then raised after it
@@ -212,7 +212,7 @@ def test_a_command_whose_parent_ignores_ctrl_c_ignores_it() -> None:
             "-c",
             "import os, signal, time\n"
             "signal.signal(signal.SIGINT, signal.SIG_IGN)\n"
-            "from window_retriever._interrupt import interrupts_where_safe\n"
+            "from window_retriever.cli._interrupt import interrupts_where_safe\n"
             "with interrupts_where_safe():\n"
             "    os.kill(os.getpid(), signal.SIGINT)\n"
             "    time.sleep(0.2)\n"
@@ -232,7 +232,7 @@ def test_a_second_ctrl_c_during_the_clean_up_ends_the_process_at_once(tmp_path: 
         textwrap.dedent(
             """
             import os, signal, time
-            from window_retriever._interrupt import interrupts_where_safe
+            from window_retriever.cli._interrupt import interrupts_where_safe
 
             with interrupts_where_safe():
                 try:
@@ -261,7 +261,7 @@ def test_a_second_ctrl_c_during_the_clean_up_ends_the_process_at_once(tmp_path: 
 def test_once_interrupted_a_ctrl_c_while_python_shuts_down_ends_it_with_130() -> None:
     program = (
         "import os, signal, time\n"
-        "from window_retriever._interrupt import end_at_once_on_interrupt\n"
+        "from window_retriever.cli._interrupt import end_at_once_on_interrupt\n"
         "end_at_once_on_interrupt()  # the command returned 130\n"
         "os.kill(os.getpid(), signal.SIGINT)\n"
         "time.sleep(5)\n"

@@ -26,20 +26,20 @@ from langchain_core.embeddings import DeterministicFakeEmbedding
 import window_retriever
 from tests.conftest import FakeClock
 from window_retriever import ConfigurationError
-from window_retriever._chroma import (
-    ChromaKeywordSource,
-    ChromaWindowStore,
-    invalidate_keywords,
-    keyword_index,
-)
-from window_retriever._keyword import (
+from window_retriever.evaluation.counting import CountingStore
+from window_retriever.keywords._index import (
     COUNT_EVERY,
     FOLDER,
     GENERATION_KEY,
     Fingerprint,
     KeywordIndex,
 )
-from window_retriever.evaluation.counting import CountingStore
+from window_retriever.stores._chroma import (
+    ChromaKeywordSource,
+    ChromaWindowStore,
+    invalidate_keywords,
+    keyword_index,
+)
 
 FILLER = [
     "Connections are pooled and reused between requests to the same host.",
@@ -474,7 +474,7 @@ def test_saved_rows_that_disagree_in_length_are_rebuilt_even_with_their_checksum
     tmp_path: Path, file: str
 ) -> None:
     """A save whose arrays disagree (a bug, not a disk) is caught when the rows are opened."""
-    import window_retriever._keyword_engine as keyword
+    import window_retriever.keywords._engine as keyword
 
     store = disk_store(tmp_path)
     store.add_documents(chunks([*FILLER, OPTION]), ids=[f"doc:{i}" for i in range(9)])
@@ -600,7 +600,7 @@ def _random_snapshot(seed: int, rows: int, wordless: int = 0) -> Any:
     """A snapshot of ``rows`` short random texts of few words (so many scores tie)."""
     import random
 
-    from window_retriever._keyword_engine import index_records
+    from window_retriever.keywords._engine import index_records
 
     rng = random.Random(seed)
     common = ["window", "chunk", "budget", "merge", "store"]
@@ -624,7 +624,7 @@ def test_scores_are_lucene_s_bm25_at_each_row(wordless: int) -> None:
     where rows with no word are not in the engine; a repeated query word counts twice."""
     import math
 
-    from window_retriever._keyword_engine import stems as stems_of
+    from window_retriever.keywords._engine import stems as stems_of
 
     snapshot, texts = _random_snapshot(5, 2000, wordless)
     stems = {i: stems_of(text) for i, text in enumerate(texts) if stems_of(text)}
@@ -661,7 +661,7 @@ def test_the_top_k_under_any_filter_are_the_head_of_the_whole_ranking(
     """Both ways of a filtered search give the head of the whole ranking, ties by row."""
     import numpy as np
 
-    import window_retriever._keyword_engine as keyword
+    import window_retriever.keywords._engine as keyword
 
     snapshot, texts = _random_snapshot(seed % 1000, 3000)
     mask = np.random.default_rng(seed).random(len(texts)) < share
@@ -684,7 +684,7 @@ def test_equal_scores_past_the_fetch_limit_are_still_ordered_by_row(k: int) -> N
     still come back lowest row first."""
     import numpy as np
 
-    import window_retriever._keyword_engine as keyword
+    import window_retriever.keywords._engine as keyword
 
     tantivy = keyword._tantivy()
     index = tantivy.Index(keyword.Engine.schema())
@@ -726,7 +726,7 @@ def test_text_is_tokenised_as_bm25s_tokenised_it(parts: list[str]) -> None:
     import bm25s
     import Stemmer
 
-    from window_retriever._keyword_engine import stems
+    from window_retriever.keywords._engine import stems
 
     query = " ".join(parts)
     expected = bm25s.tokenize(
@@ -986,7 +986,7 @@ def test_a_build_the_collection_changed_under_three_times_is_kept_changed_not_sa
 def test_the_machine_cache_is_the_variable_then_xdg_then_home(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    from window_retriever._keyword import CACHE_VARIABLE, cache_directory, server_cache
+    from window_retriever.keywords._index import CACHE_VARIABLE, cache_directory, server_cache
 
     monkeypatch.setenv(CACHE_VARIABLE, str(tmp_path / "mine"))
     assert cache_directory() == tmp_path / "mine"

@@ -18,16 +18,16 @@ from langchain_chroma import Chroma
 from langchain_core.documents import Document
 from langchain_core.embeddings import DeterministicFakeEmbedding
 
-import window_retriever._chroma as chroma_module
+import window_retriever.stores._chroma as chroma_module
 from window_retriever import WindowSplitter, add_chunks, sync_file
-from window_retriever._chroma import (
+from window_retriever.ingestion._write import remove_file
+from window_retriever.keywords._index import KeywordIndex
+from window_retriever.stores._chroma import (
     FEED_PREFIX,
     ChromaKeywordSource,
     invalidate_keywords,
     keyword_index,
 )
-from window_retriever._ingest import remove_file
-from window_retriever._keyword import KeywordIndex
 
 WORDS = ["window", "chunk", "budget", "merge", "store", "query", "answer", "table", "sentence"]
 QUERIES = ["window budget", "merge table index", "rare0 rare1", "sentence"]

@@ -10,10 +10,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import window_retriever._keyword_rows as keyword_rows
+import window_retriever.keywords._rows as keyword_rows
 from tests.integration.test_filters_vs_chroma import RECORDS, filters
-from window_retriever._filters import compile_tree, predicate_of
-from window_retriever._keyword_rows import Rows, RowsBuilder
+from window_retriever.core._filters import compile_tree, predicate_of
+from window_retriever.keywords._rows import Rows, RowsBuilder
 
 
 def _rows(records: list[tuple[str, dict[str, Any]]]) -> Rows:

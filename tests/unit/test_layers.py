@@ -18,46 +18,47 @@ import pytest
 ROOT = Path(__file__).parents[2]
 PACKAGE = ROOT / "window_retriever"
 
+RETRIEVAL = (
+    "",
+    "._adaptive_strategy",
+    "._beside",
+    "._candidates",
+    "._params",
+    "._pool",
+    "._records",
+    "._retriever",
+    "._strategies",
+)
+INGEST = ("", "._headers", "._ingest", "._loaders", "._pipeline", "._splitter", "._write")
 LAYERS: dict[str, tuple[str, ...]] = {
     # plain data in, plain data out: the standard library only
-    "core": ("_adaptive", "_filters", "_fusion", "_ids", "_version", "_windows", "_data"),
+    "core": (
+        "_data",
+        "_version",
+        "core",
+        "core._adaptive",
+        "core._filters",
+        "core._fusion",
+        "core._ids",
+        "core._windows",
+    ),
     # every module may raise the library's errors
     "errors": ("_errors",),
-    # the store contract, and what stands beside it without a store: LangChain types allowed
-    "contract": (
-        "_embeddings",
-        "_headers",
-        "_loaders",
-        "_lock",
-        "_params",
-        "_protocol",
-        "_records",
-        "_splitter",
-        "citations",
-    ),
+    # the contract a store keeps, and what stands beside it: LangChain types allowed
+    "contract": ("_embeddings", "citations", "stores._protocol"),
+    # the keyword index beside a store: it reaches the collection through its own protocol
+    "keywords": ("keywords", "keywords._engine", "keywords._index", "keywords._rows"),
     # the stores: the only modules that know Chroma
     "stores": (
-        "_chroma",
-        "_chroma_errors",
-        "_keyword",
-        "_keyword_engine",
-        "_keyword_rows",
-        "_memory",
-        "_open",
-        "_stores",
+        "stores",
+        "stores._adapters",
+        "stores._chroma",
+        "stores._chroma_errors",
+        "stores._memory",
+        "stores._open",
     ),
     # the retriever and ingestion: siblings, neither imports the other (checked below)
-    "steps": (
-        "_adaptive_strategy",
-        "_beside",
-        "_candidates",
-        "_ingest",
-        "_pool",
-        "_pipeline",
-        "_retriever",
-        "_strategies",
-        "ingestion",
-    ),
+    "steps": (*(f"retrieval{m}" for m in RETRIEVAL), *(f"ingestion{m}" for m in INGEST)),
     # what is built on the retriever
     "uses": (
         "evaluation",
@@ -70,23 +71,32 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "plotting",
     ),
     # the command line: nothing in the library imports it
-    "cli": ("_cli", "_commands", "_interrupt", "_main", "_terminal", "__main__"),
+    "cli": (
+        "__main__",
+        "cli",
+        "cli._commands",
+        "cli._interrupt",
+        "cli._lock",
+        "cli._main",
+        "cli._parser",
+        "cli._terminal",
+    ),
     # the public names, each imported on first use; no module imports the package back
     "front": ("",),
 }
 PURE = LAYERS["core"]
-RETRIEVER = ("_adaptive_strategy", "_beside", "_candidates", "_pool", "_retriever", "_strategies")
-INGESTION = ("_ingest", "_pipeline", "ingestion")
+RETRIEVER = tuple(f"retrieval{m}" for m in RETRIEVAL)
+INGESTION = tuple(f"ingestion{m}" for m in INGEST)
 STORE_CLIENTS = {
-    # the third-party packages only the store layer may import, and who imports them today
-    "chromadb": {"_chroma", "_chroma_errors", "_open"},
-    "langchain_chroma": {"_open", "_stores"},
-    "tantivy": {"_keyword_engine"},
+    # the third-party packages only the store layers may import, and who imports them today
+    "chromadb": {"stores._chroma", "stores._chroma_errors", "stores._open"},
+    "langchain_chroma": {"stores._open", "stores._adapters"},
+    "tantivy": {"keywords._engine"},
 }
 
 
 def module_name(path: Path) -> str:
-    """``window_retriever/_chroma.py`` -> ``_chroma``; the package itself -> ``""``."""
+    """``window_retriever/stores/_chroma.py`` -> ``_chroma``; the package itself -> ``""``."""
     parts = list(path.relative_to(PACKAGE).with_suffix("").parts)
     if parts[-1] == "__init__":
         parts.pop()
@@ -172,10 +182,10 @@ def show(module: str) -> str:
 
 def test_the_graph_is_read() -> None:
     """A guard on the reader: it sees deferred, relative and package-level imports."""
-    assert "_retriever" in GRAPH[""]  # under TYPE_CHECKING in __init__
-    assert "_cli" in GRAPH["_main"]  # inside main()
+    assert "retrieval._retriever" in GRAPH[""]  # under TYPE_CHECKING in __init__
+    assert "cli._parser" in GRAPH["cli._main"]  # inside main()
     assert "evaluation.configs" in GRAPH["evaluation"]
-    assert "_open" in GRAPH["_chroma_errors"]
+    assert "stores._open" in GRAPH["stores._chroma_errors"]
     tree = ast.parse("from . import _windows\nfrom .. import _ids\ndef f():\n    import x.y\n")
     assert imported(tree, "evaluation.metrics", False) >= {
         "window_retriever.evaluation._windows",
@@ -230,15 +240,14 @@ def test_the_retriever_and_ingestion_do_not_import_each_other() -> None:
 
 def test_the_retriever_steps_speak_the_protocol_not_a_store() -> None:
     """Candidates and strategies see requests and answers; only the class picks the adapter."""
-    stores = set(LAYERS["stores"]) - {"_keyword"}
-    assert {show(m): sorted(GRAPH[m] & stores) for m in ("_candidates", "_strategies")} == {
-        show("_candidates"): [],
-        show("_strategies"): [],
-    }
+    steps = [m for m in RETRIEVER if m != "retrieval._retriever"]
+    stores = set(LAYERS["stores"]) | set(LAYERS["keywords"])
+    assert {show(m): sorted(GRAPH[m] & stores) for m in steps} == {show(m): [] for m in steps}
 
 
 @pytest.mark.parametrize("package", sorted(STORE_CLIENTS))
 def test_only_the_store_layer_imports_store_clients(package: str) -> None:
     importers = {module for module, names in THIRD_PARTY.items() if package in names}
-    assert importers <= set(LAYERS["stores"]), sorted(importers - set(LAYERS["stores"]))
+    allowed = set(LAYERS["stores"]) | set(LAYERS["keywords"])
+    assert importers <= allowed, sorted(importers - allowed)
     assert importers == STORE_CLIENTS[package]

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from window_retriever._loaders import (
+from window_retriever.ingestion._loaders import (
     BINARY,
     EMPTY,
     GONE,

@@ -20,8 +20,8 @@ from langchain_text_splitters import (
 
 import window_retriever
 from window_retriever import ConfigurationError, WindowSplitter, add_chunks
-from window_retriever._splitter import _start_indexes
-from window_retriever._windows import Chunk, chunk_spans, join_texts
+from window_retriever.core._windows import Chunk, chunk_spans, join_texts
+from window_retriever.ingestion._splitter import _start_indexes
 
 TEXT = "\n\n".join(
     f"Paragraph {p}. " + " ".join(f"Sentence {p}.{s} is here." for s in range(6)) for p in range(8)

@@ -113,7 +113,7 @@ def test_the_floor_judges_only_hits_the_vector_leg_measured(
 ) -> None:
     """A keyword hit beyond the survey's pool has no distance of its own: the floor keeps it
     (its fused rank made it a hit) and still drops weak hits the vector leg did measure."""
-    monkeypatch.setattr("window_retriever._candidates.SURVEY_WIDTH", 5)
+    monkeypatch.setattr("window_retriever.retrieval._candidates.SURVEY_WIDTH", 5)
     store = _conversation_store(make_store, 6)
     options: dict[str, Any] = {"total_budget": 4000, "k": 8, "fetch_k": 8}
     retriever = ContextWindowRetriever(vectorstore=store, **options)
@@ -132,7 +132,7 @@ def test_keyword_hits_alone_are_read_the_usual_way(
     nothing to measure by: the hits are read with their vectors, and scores stay finite."""
     store = _conversation_store(make_store, 1)
     monkeypatch.setattr(
-        "window_retriever._chroma.ChromaWindowStore.search_ids", lambda self, request: []
+        "window_retriever.stores._chroma.ChromaWindowStore.search_ids", lambda self, request: []
     )
     docs = ContextWindowRetriever(vectorstore=store, total_budget=800).invoke("garden")
     assert docs

@@ -13,8 +13,8 @@ from langchain_text_splitters import RecursiveCharacterTextSplitter
 
 from tests.conftest import StoreSpy
 from window_retriever import OwnershipError, WindowSplitter, add_chunks, sync_file
-from window_retriever import _ingest as ingest_module
-from window_retriever._ingest import FILE_CHUNKS, INGEST_ORIGIN, prune_missing
+from window_retriever.ingestion import _write as ingest_module
+from window_retriever.ingestion._write import FILE_CHUNKS, INGEST_ORIGIN, prune_missing
 
 SPLITTER = WindowSplitter(RecursiveCharacterTextSplitter(chunk_size=60, chunk_overlap=10))
 

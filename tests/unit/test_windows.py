@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 import pytest
 
-from window_retriever._windows import (
+from window_retriever.core._windows import (
     Chunk,
     Hit,
     Mode,

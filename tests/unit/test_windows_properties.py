@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.unit.test_windows import EVERYWHERE, by_position, make_file
-from window_retriever._windows import (
+from window_retriever.core._windows import (
     Chunk,
     Hit,
     Mode,

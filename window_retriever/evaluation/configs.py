@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from window_retriever._errors import ConfigurationError
-from window_retriever._retriever import OVERRIDABLE
+from window_retriever.retrieval._retriever import OVERRIDABLE
 
 DEFAULT_CONFIGS = "plain,window"
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
-from window_retriever._stores import (
+from window_retriever.stores._adapters import (
     Fetch,
     Found,
     IdHits,

@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from window_retriever._errors import ConfigurationError
-from window_retriever._ids import FILE_ID
-from window_retriever._stores import WindowStore, store_adapter
+from window_retriever.core._ids import FILE_ID
+from window_retriever.stores._adapters import WindowStore, store_adapter
 
 Span = tuple[int, int]
 """A character range ``[start, end)`` in a source text."""

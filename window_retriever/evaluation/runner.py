@@ -16,9 +16,8 @@ from typing import Any
 from langchain_core.documents import Document
 
 from window_retriever._errors import ConfigurationError
-from window_retriever._ids import FILE_ID, START_INDEX
-from window_retriever._retriever import ContextWindowRetriever
-from window_retriever._windows import DEFAULT_WINDOW_BUDGET
+from window_retriever.core._ids import FILE_ID, START_INDEX
+from window_retriever.core._windows import DEFAULT_WINDOW_BUDGET
 from window_retriever.evaluation.configs import (
     DEFAULT_CONFIGS,
     Config,
@@ -38,6 +37,7 @@ from window_retriever.evaluation.metrics import (
 )
 from window_retriever.evaluation.questions import Question
 from window_retriever.evaluation.report import Report, Row
+from window_retriever.retrieval._retriever import ContextWindowRetriever
 
 DEFAULT_BUDGETS = (1000, 2000, 4000)
 

@@ -1,10 +1,11 @@
 """The Chroma adapter: the only module that speaks to chromadb and langchain-chroma directly.
 
-:class:`ChromaWindowStore` implements the store protocol (``window_retriever._protocol``) for
+:class:`ChromaWindowStore` implements the store protocol (``window_retriever.stores._protocol``) for
 a ``langchain_chroma.Chroma``, embedded or client/server, reads and writes;
 :class:`ChromaKeywordSource` implements what the keyword index reads and writes of the
-collection (``window_retriever._keyword.KeywordSource``). Every call runs inside
-:func:`~window_retriever._chroma_errors.store_errors`, so a failure is one clear ``StoreError``.
+collection (``window_retriever.keywords._index.KeywordSource``). Every call runs inside
+:func:`~window_retriever.stores._chroma_errors.store_errors`, so a failure is one clear
+``StoreError``.
 """
 
 from __future__ import annotations
@@ -27,9 +28,9 @@ from urllib.parse import quote
 from langchain_core.documents import Document
 from langchain_core.embeddings import Embeddings
 
-from window_retriever._chroma_errors import server_address, store_errors
 from window_retriever._errors import ConfigurationError
-from window_retriever._protocol import (
+from window_retriever.stores._chroma_errors import server_address, store_errors
+from window_retriever.stores._protocol import (
     AsyncWindowStore,
     Fetch,
     Found,
@@ -45,12 +46,12 @@ from window_retriever._protocol import (
 )
 
 if TYPE_CHECKING:
-    from window_retriever._keyword import KeywordIndex
-    from window_retriever._keyword_engine import Fingerprint
+    from window_retriever.keywords._engine import Fingerprint
+    from window_retriever.keywords._index import KeywordIndex
 
 logger = logging.getLogger(__name__)
 
-_KEYWORD_MODULE = "window_retriever._keyword"
+_KEYWORD_MODULE = "window_retriever.keywords._index"
 """Imported at the first keyword search or write: before it, no process has a keyword index."""
 
 FEED_PREFIX = "window_retriever_changes-"
@@ -142,8 +143,8 @@ class ChromaWindowStore(WindowStore, AsyncWindowStore):
     def keyword_search(
         self, query: str, k: int, where: Where | None, where_document: Where | None
     ) -> IdHits:
-        """BM25 over the collection's chunks (``window_retriever._keyword``, built on first use)."""
-        from window_retriever._keyword import KeywordIndex
+        """BM25 over the collection's chunks (``keywords._index``, built on first use)."""
+        from window_retriever.keywords._index import KeywordIndex
 
         return KeywordIndex.for_source(self._keywords()).search(
             query, k, where=where, where_document=where_document
@@ -164,7 +165,7 @@ class ChromaWindowStore(WindowStore, AsyncWindowStore):
         """Lengths and metadata from the collection's keyword index, once it was built or loaded."""
         if self._keyword_source is None:  # no keyword search yet: no index to ask
             return None
-        from window_retriever._keyword import KeywordIndex
+        from window_retriever.keywords._index import KeywordIndex
 
         return KeywordIndex.for_source(self._keyword_source).indexed(ids)
 
@@ -312,7 +313,7 @@ class ChromaWindowStore(WindowStore, AsyncWindowStore):
         """
         if not self._changed:
             return
-        from window_retriever._keyword import KeywordIndex  # loaded on first use only
+        from window_retriever.keywords._index import KeywordIndex  # loaded on first use only
 
         self._changed = False  # before: a write racing this call sets it again
         touched, self._touched = self._touched, set()
@@ -366,7 +367,7 @@ class ChromaWindowStore(WindowStore, AsyncWindowStore):
         # Imported, or being imported by another thread (in ``sys.modules`` half-run): the
         # import statement waits until the module has run, as reading it from ``sys.modules``
         # would not (an index is only made once it has).
-        from window_retriever._keyword import KeywordIndex
+        from window_retriever.keywords._index import KeywordIndex
 
         return KeywordIndex.existing(self._keywords())
 
@@ -398,8 +399,8 @@ class ChromaWindowStore(WindowStore, AsyncWindowStore):
 class ChromaKeywordSource:
     """The keyword index's reads and writes of a ``langchain_chroma.Chroma`` store's collection.
 
-    It implements ``window_retriever._keyword.KeywordSource`` (a protocol: this module imports
-    the keyword index only when a keyword search or a write uses it).
+    It implements ``window_retriever.keywords._index.KeywordSource`` (a protocol: this module
+    imports the keyword index only when a keyword search or a write uses it).
 
     The fingerprint is two calls (``get_collection``, ``count``); the generation token lives in
     the collection's metadata under ``GENERATION_KEY``. Chroma's ``modify(metadata=...)``
@@ -443,9 +444,9 @@ class ChromaKeywordSource:
         """Where the keyword indexes of this store's collections are saved; None in memory.
 
         Beside an embedded store, or in this machine's cache for a store on a server (one
-        folder per server, tenant and database: ``window_retriever._keyword.server_cache``).
+        folder per server, tenant and database: ``window_retriever.keywords._index.server_cache``).
         """
-        from window_retriever._keyword import FOLDER, server_cache
+        from window_retriever.keywords._index import FOLDER, server_cache
 
         location, tenant, database, _ = self.key
         if location.startswith("server:"):
@@ -456,8 +457,8 @@ class ChromaKeywordSource:
 
     def fingerprint(self) -> Fingerprint:
         """``get_collection`` (its id and generation token) and ``count``."""
-        from window_retriever._keyword import GENERATION_KEY
-        from window_retriever._keyword_engine import Fingerprint
+        from window_retriever.keywords._engine import Fingerprint
+        from window_retriever.keywords._index import GENERATION_KEY
 
         with store_errors(self.vectorstore):
             collection = self._client.get_collection(self.name)
@@ -472,7 +473,7 @@ class ChromaKeywordSource:
 
     def generation(self) -> tuple[str, str | None]:
         """``get_collection`` alone: its id and generation token (no ``count``)."""
-        from window_retriever._keyword import GENERATION_KEY
+        from window_retriever.keywords._index import GENERATION_KEY
 
         with store_errors(self.vectorstore):
             collection = self._client.get_collection(self.name)
@@ -492,7 +493,7 @@ class ChromaKeywordSource:
         """
         from chromadb.errors import NotFoundError
 
-        from window_retriever._keyword import GENERATION_KEY
+        from window_retriever.keywords._index import GENERATION_KEY
 
         with store_errors(self.vectorstore):
             try:
@@ -562,7 +563,7 @@ class ChromaKeywordSource:
 
     def records(self, ids: Sequence[str]) -> tuple[list[str], list[str], list[Mapping[str, Any]]]:
         """``get`` by ids (documents and metadatas), from the collection the last check found."""
-        from window_retriever._keyword import PAGE_SIZE
+        from window_retriever.keywords._index import PAGE_SIZE
 
         found_ids: list[str] = []
         documents: list[str] = []
@@ -645,7 +646,7 @@ def invalidate_keywords(vectorstore: Any, ids: Collection[str] | None = None) ->
     or deleted) if you know them, so that other processes read those records again instead of
     every record. The library's own writes do it themselves (:meth:`ChromaWindowStore.written`).
     """
-    from window_retriever._keyword import KeywordIndex
+    from window_retriever.keywords._index import KeywordIndex
 
     KeywordIndex.invalidate(ChromaKeywordSource(vectorstore), ids)
 
@@ -657,7 +658,7 @@ def keyword_index(vectorstore: Any, *, check_interval: float | None = None) -> K
         vectorstore: A ``langchain_chroma.Chroma`` store (embedded, in memory or a server).
         check_interval: Seconds between fingerprint checks (see ``KeywordIndex.for_source``).
     """
-    from window_retriever._keyword import KeywordIndex
+    from window_retriever.keywords._index import KeywordIndex
 
     source = ChromaKeywordSource(vectorstore)
     return KeywordIndex.for_source(source, check_interval=check_interval)

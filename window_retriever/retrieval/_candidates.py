@@ -1,11 +1,11 @@
 """Where hits come from: the retrieval's first step.
 
-A :class:`CandidateSource` turns a query into a :class:`~window_retriever._pool.Pool`: the
+A :class:`CandidateSource` turns a query into a :class:`~window_retriever.retrieval._pool.Pool`: the
 hits, best first, and the chunks known so far. It is the one seam for another kind of
 candidate: the store's vector search (:class:`VectorSearch`), vector and keyword fused
 (:class:`HybridSearch`) or any LangChain retriever's hits (:class:`RetrieverHits`), chosen by
 :func:`source_for`. A strategy asks the source, never the store, for hits, and reads every
-chunk known by id only through :class:`~window_retriever._pool.Neighbours`. Sources are
+chunk known by id only through :class:`~window_retriever.retrieval._pool.Neighbours`. Sources are
 generators of requests (see ``_retriever``), so one body serves the sync and the async path.
 """
 
@@ -19,12 +19,13 @@ from typing import Any
 
 from langchain_core.documents import Document
 
-from window_retriever._beside import Beside, Call
 from window_retriever._errors import ConfigurationError
-from window_retriever._fusion import DEFAULT_WEIGHTS, Fused, fuse
-from window_retriever._ids import CHUNK_ID
-from window_retriever._params import Params
-from window_retriever._pool import (
+from window_retriever.core._fusion import DEFAULT_WEIGHTS, Fused, fuse
+from window_retriever.core._ids import CHUNK_ID
+from window_retriever.core._windows import Chunk, Hit, Position
+from window_retriever.retrieval._beside import Beside, Call
+from window_retriever.retrieval._params import Params
+from window_retriever.retrieval._pool import (
     Flow,
     Held,
     Neighbours,
@@ -35,7 +36,8 @@ from window_retriever._pool import (
     positions_of,
     to_query,
 )
-from window_retriever._protocol import (
+from window_retriever.retrieval._records import by_position, read_hit, read_hits, unique
+from window_retriever.stores._protocol import (
     Found,
     IdHits,
     Search,
@@ -44,8 +46,6 @@ from window_retriever._protocol import (
     WindowStore,
     in_thread,
 )
-from window_retriever._records import by_position, read_hit, read_hits, unique
-from window_retriever._windows import Chunk, Hit, Position
 
 SURVEY_WIDTH = 100
 """How many chunks' distances a survey reads (ids and distances only, Chroma's cheapest

@@ -22,19 +22,19 @@ from langchain_core.documents import Document
 from langchain_core.retrievers import BaseRetriever
 from pydantic import ConfigDict, Field, PrivateAttr, ValidationError, model_validator
 
-from window_retriever._adaptive import DEFAULT_COHERENCE
-from window_retriever._adaptive_strategy import Adaptive
-from window_retriever._beside import Beside, Call
-from window_retriever._candidates import source_for
 from window_retriever._errors import ConfigurationError
-from window_retriever._fusion import DEFAULT_KEYWORD_WEIGHT
-from window_retriever._params import OVERRIDABLE, Expansion, Params, describe, resolve
-from window_retriever._pool import Flow, TypicalLength, above_floor
-from window_retriever._protocol import WindowStore, aexecute, execute
-from window_retriever._records import to_plain_document
-from window_retriever._stores import store_adapter
-from window_retriever._strategies import BudgetedStatic, StaticWindows, Strategy
-from window_retriever._windows import DEFAULT_WINDOW_BUDGET, Mode
+from window_retriever.core._adaptive import DEFAULT_COHERENCE
+from window_retriever.core._fusion import DEFAULT_KEYWORD_WEIGHT
+from window_retriever.core._windows import DEFAULT_WINDOW_BUDGET, Mode
+from window_retriever.retrieval._adaptive_strategy import Adaptive
+from window_retriever.retrieval._beside import Beside, Call
+from window_retriever.retrieval._candidates import source_for
+from window_retriever.retrieval._params import OVERRIDABLE, Expansion, Params, describe, resolve
+from window_retriever.retrieval._pool import Flow, TypicalLength, above_floor
+from window_retriever.retrieval._records import to_plain_document
+from window_retriever.retrieval._strategies import BudgetedStatic, StaticWindows, Strategy
+from window_retriever.stores._adapters import store_adapter
+from window_retriever.stores._protocol import WindowStore, aexecute, execute
 
 __all__ = ["OVERRIDABLE", "ContextWindowRetriever"]
 

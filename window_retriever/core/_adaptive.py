@@ -6,7 +6,7 @@ Every chunk that could be returned (the search hits and the fetched neighbours t
 caller's filter) carries a *relevance* (higher is better): minus its distance to the query in
 the store's own space: a hit's as the search measured it, a neighbour's as a wider search
 measured it (or, beyond that pool, the pool's farthest distance), or computed from the
-embedding the store holds (see ``_strategies.Adaptive``). Selection is
+embedding the store holds (see ``_adaptive_strategy.Adaptive``). Selection is
 greedy over one shared budget. At each step the candidates are
 
 - an unused hit, which would open a new window (or join the window it touches), worth its own
@@ -51,7 +51,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from operator import attrgetter
 
-from window_retriever._windows import (
+from window_retriever.core._windows import (
     _DIRECTIONS,
     MAX_PLANNED,
     Chunk,

@@ -1,9 +1,9 @@
 """The keyword index's engine: the words of a text, tantivy's BM25 over them, the saved folder.
 
-:mod:`window_retriever._keyword` keeps an index current with its collection; this module makes
-one state of it (:class:`Built`): the rows (``_keyword_rows``) and a tantivy index over their
-words, saved whole in a folder or held in memory, and loaded back only when every saved file
-is as it was written.
+``keywords._index`` keeps an index current with its collection; this module makes one state
+of it (:class:`Built`): the rows (``keywords._rows``) and a tantivy index over their words,
+saved whole in a folder or held in memory, and loaded back only when every saved file is as
+it was written.
 """
 
 from __future__ import annotations
@@ -24,13 +24,13 @@ from typing import Any
 
 import numpy as np
 
-from window_retriever._keyword_rows import Rows, RowsBuilder
+from window_retriever.keywords._rows import Rows, RowsBuilder
 
-logger = logging.getLogger("window_retriever._keyword")
+logger = logging.getLogger("window_retriever.keywords._index")
 
 FORMAT = 4
 """The saved index's layout; another value (or other tokenizer settings) means rebuild (4: the
-rows as arrays, ``_keyword_rows``)."""
+rows as arrays, ``keywords._rows``)."""
 
 TOKENIZER = {"stopwords": "en", "stemmer": "english", "lower": True, "pattern": r"(?u)\b\w\w+\b"}
 ENGINE = {"name": "tantivy", "version": "0.27", "k1": 1.2, "b": 0.75}

@@ -12,7 +12,7 @@ values (at most :data:`COLUMN_VALUES`: tenants, sources, access levels) is also 
 per row into the list of its values, so a test of that key is decided once per distinct value
 and spread to the rows by the codes (:meth:`Rows.mask`). A key with more values than that is
 decided row by row on the decoded metadata. Either way each test is the very predicate
-:func:`~window_retriever._filters.compile_where` uses, so the answer is Chroma's.
+:func:`~window_retriever.core._filters.compile_where` uses, so the answer is Chroma's.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 import orjson
 
-from window_retriever._filters import Branch, Leaf, Tree
+from window_retriever.core._filters import Branch, Leaf, Tree
 
 COLUMN_VALUES = 65_536
 """A metadata key with at most this many distinct values is kept as a column of codes."""

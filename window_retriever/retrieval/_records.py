@@ -16,7 +16,7 @@ from typing import Any
 from langchain_core.documents import Document
 
 from window_retriever._errors import MissingWindowMetadataError
-from window_retriever._ids import (
+from window_retriever.core._ids import (
     CHUNK_ID,
     CHUNK_INDEX,
     FILE_ID,
@@ -24,7 +24,7 @@ from window_retriever._ids import (
     START_INDEX,
     make_chunk_id,
 )
-from window_retriever._windows import Chunk, Hit, Position, Window, chunk_spans
+from window_retriever.core._windows import Chunk, Hit, Position, Window, chunk_spans
 
 logger = logging.getLogger("window_retriever")
 

@@ -10,16 +10,7 @@ from langchain_core.documents import BaseDocumentTransformer, Document
 from langchain_text_splitters import RecursiveCharacterTextSplitter, TextSplitter
 
 from window_retriever._errors import ConfigurationError
-from window_retriever._headers import (
-    CONTEXT_HEADER,
-    DEFAULT_HEADERS,
-    HEADER_SCHEME,
-    SECTION_HEADINGS,
-    heading_paths,
-    headings_of,
-    make_header,
-)
-from window_retriever._ids import (
+from window_retriever.core._ids import (
     CHUNK_ID,
     CHUNK_INDEX,
     FILE_ID,
@@ -28,6 +19,15 @@ from window_retriever._ids import (
     content_version,
     make_chunk_id,
     make_file_id,
+)
+from window_retriever.ingestion._headers import (
+    CONTEXT_HEADER,
+    DEFAULT_HEADERS,
+    HEADER_SCHEME,
+    SECTION_HEADINGS,
+    heading_paths,
+    headings_of,
+    make_header,
 )
 
 #: The default splitter's chunk size and overlap, in characters.

@@ -1,7 +1,7 @@
 """What the ``window-retriever`` commands do: ``ingest``, ``query``, ``eval`` and ``demo``.
 
-Each command takes the parsed arguments (see ``_cli.build_parser``) and returns the exit
-status; a command that cannot run as asked raises :class:`CommandError`, which ``_cli.main``
+Each command takes the parsed arguments (see ``cli._parser.build_parser``) and returns the exit
+status; a command that cannot run as asked raises :class:`CommandError`, which ``cli._parser.main``
 prints as one line. Heavy modules (LangChain, Chroma, the embedding model) are imported inside
 the commands, so that the command line starts fast and an early Ctrl-C is handled.
 """
@@ -26,17 +26,17 @@ from window_retriever._errors import (
     OptionName,
     WindowRetrieverError,
 )
-from window_retriever._open import (
+from window_retriever.cli._terminal import Progress, as_json, count, indent, print_windows, short
+from window_retriever.stores._open import (
     DEFAULT_COLLECTION,
     ENV_TOKEN,
     ENV_TOKEN_HEADER,
 )
-from window_retriever._terminal import Progress, as_json, count, indent, print_windows, short
 
 if TYPE_CHECKING:  # the command starts without LangChain: an early Ctrl-C is handled too
     from langchain_core.documents import Document
 
-    from window_retriever._pipeline import SourceOutcome
+    from window_retriever.ingestion._pipeline import SourceOutcome
 
 PROG = "window-retriever"
 DEMO_QUESTION = (
@@ -53,9 +53,9 @@ class CommandError(WindowRetrieverError):
 
 
 def run_ingest(args: argparse.Namespace) -> int:
-    from window_retriever._loaders import LoadOptions, check_sources, printable
-    from window_retriever._pipeline import SourceOutcome
     from window_retriever.ingestion import Listed, Repeated, Unlistable, ingest
+    from window_retriever.ingestion._loaders import LoadOptions, check_sources, printable
+    from window_retriever.ingestion._pipeline import SourceOutcome
 
     metadata = _parse_metadata(args.metadata)
     splitter = _splitter(args.chunk_size, args.chunk_overlap)
@@ -119,7 +119,7 @@ def run_ingest(args: argparse.Namespace) -> int:
 
 
 def _source_line(result: SourceOutcome) -> str:
-    from window_retriever._loaders import EMPTY, printable
+    from window_retriever.ingestion._loaders import EMPTY, printable
 
     name, outcome = printable(result.name), result.outcome
     if outcome is None:
@@ -138,7 +138,7 @@ def run_query(args: argparse.Namespace) -> int:
     _check_window_arguments(args)
     where = None
     if args.filter is not None:
-        from window_retriever._filters import check_where
+        from window_retriever.core._filters import check_where
 
         def finite(text: str) -> float:  # NaN, Infinity and 1e999, which JSON alone lets in
             number = float(text)
@@ -241,10 +241,10 @@ def run_eval(args: argparse.Namespace) -> int:
 
 def run_demo(args: argparse.Namespace) -> int:
     _check_window_arguments(args)
-    from window_retriever._ingest import prune_missing
-    from window_retriever._loaders import LoadOptions
-    from window_retriever._pipeline import SourceOutcome
     from window_retriever.ingestion import ingest
+    from window_retriever.ingestion._loaders import LoadOptions
+    from window_retriever.ingestion._pipeline import SourceOutcome
+    from window_retriever.ingestion._write import prune_missing
 
     pages = Path(args.pages) if args.pages else bundled_pages()
     if not pages.is_dir():
@@ -309,7 +309,7 @@ def run_demo(args: argparse.Namespace) -> int:
 
 def bundled_pages() -> Path:
     """The demo's pages, shipped in the package (three pages of the Python 3.11 tutorial)."""
-    return Path(__file__).resolve().parent / "_data" / "pages"
+    return Path(__file__).resolve().parents[1] / "_data" / "pages"
 
 
 FLAGS: Final[Mapping[OptionName, str]] = {
@@ -365,7 +365,7 @@ def _check_window_arguments(args: argparse.Namespace) -> None:
 
 
 def _retrieve(store: Any, args: argparse.Namespace, where: dict[str, Any] | None) -> list[Document]:
-    from window_retriever._retriever import ContextWindowRetriever
+    from window_retriever.retrieval._retriever import ContextWindowRetriever
 
     retriever = ContextWindowRetriever(
         vectorstore=store,
@@ -415,7 +415,7 @@ def _parse_metadata(pairs: Sequence[str]) -> dict[str, str]:
 @contextmanager
 def _opened_for_writing(args: argparse.Namespace) -> Iterator[Any]:
     """Open the store for an ingest: an embedded store is locked against other writers."""
-    from window_retriever._lock import writer_lock
+    from window_retriever.cli._lock import writer_lock
 
     directory, _ = _location(args)
     if directory is None:  # a server orders its writers itself
@@ -430,13 +430,13 @@ def _open_for_reading(args: argparse.Namespace) -> Any:
 
 
 def _location(args: argparse.Namespace) -> tuple[Path | None, str | None]:
-    from window_retriever._open import store_location
+    from window_retriever.stores._open import store_location
 
     return store_location(args.db, args.chroma_url)
 
 
 def _store(args: argparse.Namespace, *, create: bool) -> Any:
-    from window_retriever._open import open_store
+    from window_retriever.stores._open import open_store
 
     # open_store reads the environment itself, so that its messages name the variables; they
     # name the arguments the flags were passed as, which main() says as the flags.

@@ -18,11 +18,19 @@ from dataclasses import replace
 
 from langchain_core.documents import Document
 
-from window_retriever._adaptive import plan_adaptive_fetch, select_adaptive
-from window_retriever._candidates import CandidateSource
-from window_retriever._ids import make_chunk_id
-from window_retriever._params import Params
-from window_retriever._pool import (
+from window_retriever.core._adaptive import plan_adaptive_fetch, select_adaptive
+from window_retriever.core._ids import make_chunk_id
+from window_retriever.core._windows import (
+    Chunk,
+    Hit,
+    Measure,
+    Position,
+    Window,
+    join_texts,
+)
+from window_retriever.retrieval._candidates import CandidateSource
+from window_retriever.retrieval._params import Params
+from window_retriever.retrieval._pool import (
     Flow,
     Neighbours,
     Pool,
@@ -32,21 +40,13 @@ from window_retriever._pool import (
     above_floor,
     to_query,
 )
-from window_retriever._protocol import Indexed
-from window_retriever._records import (
+from window_retriever.retrieval._records import (
     by_position,
     read_chunk,
     read_record,
 )
-from window_retriever._strategies import _Budgeted, documents_of
-from window_retriever._windows import (
-    Chunk,
-    Hit,
-    Measure,
-    Position,
-    Window,
-    join_texts,
-)
+from window_retriever.retrieval._strategies import _Budgeted, documents_of
+from window_retriever.stores._protocol import Indexed
 
 
 class Adaptive(_Budgeted):
@@ -57,8 +57,8 @@ class Adaptive(_Budgeted):
     only, of a pool wider than the hits, and one fetch reads the hits that can be chosen with
     the neighbours they can grow to: texts and metadata, no vectors. A chunk is measured by
     its distance in the pool, or at the pool's farthest distance when it is not among them
-    (:class:`~window_retriever._candidates.Survey`). Otherwise each neighbour is measured by
-    its stored vector, read with the fetch.
+    (:class:`~window_retriever.retrieval._pool.Survey`). Otherwise each neighbour is
+    measured by its stored vector, read with the fetch.
     """
 
     embeddings = True

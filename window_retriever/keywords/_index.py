@@ -8,15 +8,15 @@ stays the source of truth:
 
 - it reaches the collection only through a :class:`KeywordSource` (fingerprint, generation
   token, pages of records, ids a filter passes, where to save); the Chroma adapter implements
-  it (``window_retriever._chroma.ChromaKeywordSource``), and this module imports no Chroma;
+  it (``window_retriever.stores._chroma.ChromaKeywordSource``), and this module imports no Chroma;
 - one shared :class:`KeywordIndex` per collection per process (:meth:`KeywordIndex.for_source`);
 - built from the collection's own documents, read in pages: lower-cased words of two
   characters or more, Lucene's English stop words out, Snowball English stems in (the
   tokenisation this index has always had), each row's stems indexed by tantivy's whitespace
   tokenizer, and each chunk's id, text length, metadata and stems kept beside it as a few
-  arrays, not a Python object per chunk (``_keyword_rows``; :meth:`KeywordIndex.indexed`:
+  arrays, not a Python object per chunk (``keywords._rows``; :meth:`KeywordIndex.indexed`:
   adaptive selection chooses by the lengths and metadata before it reads, see
-  ``_strategies.Adaptive``);
+  ``_adaptive_strategy.Adaptive``);
 - saved (written in a temporary folder, then renamed into place) so that a new process maps
   it into memory instead of rebuilding while the collection has not changed: beside an
   embedded store under ``<persist_directory>/window_retriever_keyword/<collection id>/``,
@@ -66,8 +66,8 @@ told by ``ChromaKeywordSource``.
 Filters
 -------
 ``where`` is decided exactly as Chroma decides it: by the tests of
-:func:`~window_retriever._filters.compile_tree` over the metadata held with the index (a key
-of few values once per value, see ``_keyword_rows``), once per filter and snapshot (a mask of
+:func:`~window_retriever.core._filters.compile_tree` over the metadata held with the index (a key
+of few values once per value, see ``keywords._rows``), once per filter and snapshot (a mask of
 the rows it passes, the last :data:`_PASSING_KEPT` filters kept); a filter it cannot decide, and
 any ``where_document`` (Chroma's ``$contains`` / ``$regex`` are case-sensitive and its regex
 dialect is Rust's), is given to Chroma itself, which returns the ids that pass
@@ -110,8 +110,8 @@ from typing import Any, ClassVar, Protocol
 import numpy as np
 
 from window_retriever._errors import ConfigurationError
-from window_retriever._filters import Predicate, Tree, compile_tree, predicate_of
-from window_retriever._keyword_engine import (
+from window_retriever.core._filters import Predicate, Tree, compile_tree, predicate_of
+from window_retriever.keywords._engine import (
     Built,
     Engine,
     Fingerprint,
@@ -121,7 +121,7 @@ from window_retriever._keyword_engine import (
     load,
     stems,
 )
-from window_retriever._keyword_rows import Rows, RowsBuilder
+from window_retriever.keywords._rows import Rows, RowsBuilder
 
 logger = logging.getLogger(__name__)
 
@@ -157,7 +157,7 @@ _READ_KEPT = 65_536
 class KeywordSource(Protocol):
     """The reads and writes a :class:`KeywordIndex` makes of one collection: its only way in.
 
-    The Chroma adapter implements it (``window_retriever._chroma.ChromaKeywordSource``, which
+    The Chroma adapter implements it (``window_retriever.stores._chroma.ChromaKeywordSource``, which
     imports this module only when it is used: a retriever that never searches by keyword never
     loads it, hence a protocol and not a base class). A source is cheap to make (no call to
     the store until a method asks); one index keeps the source it was made with. Every method
@@ -277,7 +277,7 @@ class KeywordIndex:
     Example:
         .. code-block:: python
 
-            from window_retriever._chroma import ChromaKeywordSource
+            from window_retriever.stores._chroma import ChromaKeywordSource
 
             index = KeywordIndex.for_source(ChromaKeywordSource(chroma))
             index.search("max_retries", k=20, where={"tenant": "acme"})

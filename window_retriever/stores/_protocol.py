@@ -165,7 +165,7 @@ class WindowStore(ABC):
     Subclass it and implement :meth:`search` and :meth:`fetch`: that is a store the retriever
     can read (static windows; set ``supports_embeddings`` for adaptive ones). A store
     ingestion writes to implements the five write methods too. Keep the rules of the module
-    docstring (``window_retriever._protocol``). An implementation that can also wait without
+    docstring (``window_retriever.stores._protocol``). An implementation that can also wait without
     a thread subclasses :class:`AsyncWindowStore` as well; one that does not is driven from
     async code in a thread (LangChain's executor).
     """
@@ -231,7 +231,7 @@ class WindowStore(ABC):
         Each id's text length (in characters) and metadata, as an in-process index (the
         keyword index) last read them; ids it does not hold are left out. ``None`` (the
         default) when nothing is held. Adaptive selection then chooses before it reads and
-        reads only the chunks chosen (see ``_strategies.Adaptive``): a stale answer never
+        reads only the chunks chosen (see ``_adaptive_strategy.Adaptive``): a stale answer never
         brings back an old text or a chunk the caller's filter hides (each chunk read is
         checked), but it can change which neighbours a window takes. A store that holds such
         an index corrects it from what its own :meth:`fetch` reads, so a chunk rewritten

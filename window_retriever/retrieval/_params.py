@@ -15,8 +15,8 @@ from typing import Any, Literal
 from pydantic import ValidationError
 
 from window_retriever._errors import ConfigurationError
-from window_retriever._filters import check_where
-from window_retriever._windows import MODES, Mode
+from window_retriever.core._filters import check_where
+from window_retriever.core._windows import MODES, Mode
 
 Expansion = Literal["static", "adaptive"]
 EXPANSIONS: tuple[Expansion, ...] = ("static", "adaptive")

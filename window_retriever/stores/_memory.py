@@ -1,6 +1,6 @@
 """An in-memory store: the whole protocol in plain Python, for tests and small experiments.
 
-It is the second implementation of ``window_retriever._protocol`` (beside the Chroma
+It is the second implementation of ``window_retriever.stores._protocol`` (beside the Chroma
 adapter): the same behavioural tests run against both, which is what shows the protocol is
 complete. It is public because it is useful for the tests of an application built on this
 library: a retriever and ``add_chunks`` / ``sync_file`` / ``ingest`` run on it offline, with
@@ -20,8 +20,8 @@ from langchain_core.documents import Document
 from langchain_core.embeddings import Embeddings
 
 from window_retriever._errors import ConfigurationError
-from window_retriever._filters import check_where, compile_where
-from window_retriever._protocol import (
+from window_retriever.core._filters import check_where, compile_where
+from window_retriever.stores._protocol import (
     Fetch,
     Found,
     IdHits,

@@ -1,7 +1,7 @@
 """Chroma's failures, read in one place: a server unreachable, slow, refusing; a wrong dimension.
 
-The Chroma adapter (``window_retriever._chroma``) runs every call inside :func:`store_errors`;
-the command line and ``open_store`` read errors with :func:`store_failure`.
+The Chroma adapter (``window_retriever.stores._chroma``) runs every call inside
+:func:`store_errors`; the command line and ``open_store`` read errors with :func:`store_failure`.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from window_retriever._errors import Option, StoreError, WindowRetrieverError
-from window_retriever._open import ENV_TOKEN, timeout_message
+from window_retriever.stores._open import ENV_TOKEN, timeout_message
 
 
 @contextlib.contextmanager

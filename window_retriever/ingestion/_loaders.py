@@ -24,8 +24,13 @@ from urllib.parse import urlsplit
 from langchain_core.documents import Document
 
 from window_retriever._errors import Message, Option
-from window_retriever._headers import SECTION_HEADINGS, Heading, locate_headings, markdown_headings
 from window_retriever._version import __version__
+from window_retriever.ingestion._headers import (
+    SECTION_HEADINGS,
+    Heading,
+    locate_headings,
+    markdown_headings,
+)
 
 USER_AGENT = f"window-retriever/{__version__} (+https://pypi.org/project/window-retriever/)"
 _ABANDONED = "abandoned"

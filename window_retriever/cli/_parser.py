@@ -16,7 +16,9 @@ import traceback
 from collections.abc import Sequence
 from typing import NoReturn
 
-from window_retriever._commands import (
+from window_retriever._errors import WindowRetrieverError
+from window_retriever._version import __version__
+from window_retriever.cli._commands import (
     DEMO_QUESTION,
     DEMO_TOTAL_BUDGET,
     EXIT_ERROR,
@@ -28,10 +30,10 @@ from window_retriever._commands import (
     run_query,
     said,
 )
-from window_retriever._errors import WindowRetrieverError
-from window_retriever._headers import DEFAULT_HEADERS
-from window_retriever._interrupt import INTERRUPTED
-from window_retriever._open import (
+from window_retriever.cli._interrupt import INTERRUPTED
+from window_retriever.core._windows import DEFAULT_WINDOW_BUDGET
+from window_retriever.ingestion._headers import DEFAULT_HEADERS
+from window_retriever.stores._open import (
     DEFAULT_COLLECTION,
     DEFAULT_DB,
     ENV_DATABASE,
@@ -41,8 +43,6 @@ from window_retriever._open import (
     ENV_TOKEN,
     ENV_URL,
 )
-from window_retriever._version import __version__
-from window_retriever._windows import DEFAULT_WINDOW_BUDGET
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -62,8 +62,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.debug:
             traceback.print_exc()
         if not isinstance(error, WindowRetrieverError):  # a store call not translated yet
-            from window_retriever._open import _public
-            from window_retriever._stores import store_failure
+            from window_retriever.stores._adapters import store_failure
+            from window_retriever.stores._open import _public
 
             url = getattr(args, "chroma_url", None) or os.environ.get(ENV_URL)
             error = store_failure(error, _public(url) if url else None) or error

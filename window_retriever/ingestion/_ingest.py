@@ -1,4 +1,4 @@
-"""Ingesting URLs, files and directories into a store: what the ``ingest`` command does.
+"""Ingesting URLs, files and directories into a store: :func:`ingest`, what the command does.
 
 The orchestration above the pipeline: expand directories, namespace the files of each owner,
 stamp what a directory run owns, ingest, then prune what is gone. The command line is a thin
@@ -21,38 +21,20 @@ from typing import Any
 from langchain_text_splitters import TextSplitter
 
 from window_retriever._errors import ConfigurationError
-from window_retriever._headers import DEFAULT_HEADERS
-from window_retriever._ids import make_file_id
-from window_retriever._ingest import (
+from window_retriever.core._ids import make_file_id
+from window_retriever.ingestion._headers import DEFAULT_HEADERS
+from window_retriever.ingestion._loaders import EMPTY, GONE, LoadOptions, expand, is_url
+from window_retriever.ingestion._pipeline import IngestProgress, SourceOutcome, ingest_sources
+from window_retriever.ingestion._splitter import WindowSplitter
+from window_retriever.ingestion._write import (
     OWNER_KEYS,
-    FileOutcome,
     Pruned,
-    directory_origin,
     operation,
     origins_of,
     prune_missing,
     remove_file,
 )
-from window_retriever._loaders import EMPTY, GONE, LoadOptions, expand, is_url
-from window_retriever._pipeline import IngestProgress, SourceOutcome, ingest_sources
-from window_retriever._splitter import WindowSplitter
-from window_retriever._stores import store_adapter
-
-__all__ = [
-    "OWNER_KEYS",
-    "RESERVED_METADATA",
-    "FileOutcome",
-    "IngestEvent",
-    "IngestProgress",
-    "IngestSummary",
-    "Listed",
-    "Pruned",
-    "Repeated",
-    "SourceOutcome",
-    "Unlistable",
-    "directory_origin",
-    "ingest",
-]
+from window_retriever.stores._adapters import store_adapter
 
 RESERVED_METADATA = frozenset(
     {

@@ -17,13 +17,13 @@ from typing import Any, Protocol
 
 from langchain_core.documents import Document
 
-from window_retriever._beside import Beside, Call
-from window_retriever._filters import Predicate, compile_where
-from window_retriever._ids import make_chunk_id
-from window_retriever._params import Params
-from window_retriever._protocol import Fetch, Indexed, Request, Space
-from window_retriever._records import add_neighbours, by_position, read_hit, unique
-from window_retriever._windows import Chunk, Hit, Measure, Position
+from window_retriever.core._filters import Predicate, compile_where
+from window_retriever.core._ids import make_chunk_id
+from window_retriever.core._windows import Chunk, Hit, Measure, Position
+from window_retriever.retrieval._beside import Beside, Call
+from window_retriever.retrieval._params import Params
+from window_retriever.retrieval._records import add_neighbours, by_position, read_hit, unique
+from window_retriever.stores._protocol import Fetch, Indexed, Request, Space
 
 Flow = Generator["Request | Call | Beside", Any, Any]
 """A retrieval step: a generator of requests (see ``_retriever._run``) that returns its result."""
@@ -101,7 +101,8 @@ class Survey:
     fused: bool = False
     held: Held | None = None
     """What the process already holds of the chunks (the keyword index's lengths and
-    metadata), or ``None``: with it, selection comes before the read (``_strategies.Adaptive``)."""
+    metadata), or ``None``: with it, selection comes before the read
+    (``_adaptive_strategy.Adaptive``)."""
 
     def distance(self, chunk_id: str) -> float:
         """A chunk's distance to the query: its own in the pool, else the pool's bound."""

@@ -1,19 +1,19 @@
 """Where the retriever and ingestion get their store: :func:`store_adapter`.
 
-The protocol lives in ``window_retriever._protocol`` (:class:`WindowStore`, its async twin,
-the requests and :class:`Found`), the Chroma adapter in ``window_retriever._chroma``, the
-in-memory store in ``window_retriever._memory``, and Chroma's failures in
-``window_retriever._chroma_errors``; their names are re-exported here.
+The protocol lives in ``window_retriever.stores._protocol`` (:class:`WindowStore`, its async twin,
+the requests and :class:`Found`), the Chroma adapter in ``window_retriever.stores._chroma``, the
+in-memory store in ``window_retriever.stores._memory``, and Chroma's failures in
+``window_retriever.stores._chroma_errors``; their names are re-exported here.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from window_retriever._chroma import ChromaWindowStore
-from window_retriever._chroma_errors import server_address, store_errors, store_failure
 from window_retriever._errors import ConfigurationError
-from window_retriever._protocol import (
+from window_retriever.stores._chroma import ChromaWindowStore
+from window_retriever.stores._chroma_errors import server_address, store_errors, store_failure
+from window_retriever.stores._protocol import (
     AsyncWindowStore,
     Fetch,
     Found,

@@ -2,12 +2,12 @@
 
 - :class:`StaticWindows`: no total budget; ``k`` windows, each hit grown to ``window_budget``.
 - :class:`BudgetedStatic`: one ``total_budget``; hits grown blindly while it lasts.
-- :class:`~window_retriever._adaptive_strategy.Adaptive`: one ``total_budget``; hits and
+- :class:`~window_retriever.retrieval._adaptive_strategy.Adaptive`: one ``total_budget``; hits and
   neighbours compete by relevance.
 
 Every strategy is a generator of requests (``run``), fed by a
-:class:`~window_retriever._candidates.CandidateSource` for its hits and
-:class:`~window_retriever._pool.Neighbours` for the chunks around them, and returns the
+:class:`~window_retriever.retrieval._candidates.CandidateSource` for its hits and
+:class:`~window_retriever.retrieval._pool.Neighbours` for the chunks around them, and returns the
 windows as documents. The pure work (plans, growth, merging, selection) is in ``_windows`` and
 ``_adaptive``.
 """
@@ -18,22 +18,8 @@ from abc import ABC, abstractmethod
 
 from langchain_core.documents import Document
 
-from window_retriever._candidates import CandidateSource, VectorSearch
-from window_retriever._ids import make_chunk_id
-from window_retriever._params import Params
-from window_retriever._pool import (
-    Flow,
-    Neighbours,
-    Pool,
-    TypicalLength,
-    above_floor,
-    absorbed,
-)
-from window_retriever._records import (
-    to_document,
-    without_repeated_texts,
-)
-from window_retriever._windows import (
+from window_retriever.core._ids import make_chunk_id
+from window_retriever.core._windows import (
     Assembly,
     Hit,
     Measure,
@@ -44,6 +30,20 @@ from window_retriever._windows import (
     plan_fetch,
     plan_needs,
     plan_positions,
+)
+from window_retriever.retrieval._candidates import CandidateSource, VectorSearch
+from window_retriever.retrieval._params import Params
+from window_retriever.retrieval._pool import (
+    Flow,
+    Neighbours,
+    Pool,
+    TypicalLength,
+    above_floor,
+    absorbed,
+)
+from window_retriever.retrieval._records import (
+    to_document,
+    without_repeated_texts,
 )
 
 # Fetch rounds per search: the first fetch nearly always suffices; each further round at

@@ -1,6 +1,6 @@
 """Ingesting many sources at once: loading, embedding and writing overlap.
 
-:func:`window_retriever._ingest.ingest_sources` runs this: a loader thread splits the next
+:func:`window_retriever.ingestion._write.ingest_sources` runs this: a loader thread splits the next
 sources, this thread plans each one (what :func:`sync_file` would write), an embedding thread
 embeds the chunks of every source that is ready in one call, and a writer thread writes the
 sources before, each whole and in order. Outcomes come in source order.
@@ -20,9 +20,11 @@ from typing import Any, Generic, Protocol, TypeVar
 from langchain_core.documents import Document
 
 from window_retriever._errors import OwnershipError
-from window_retriever._headers import embedded_text
-from window_retriever._ids import FILE_ID
-from window_retriever._ingest import (
+from window_retriever.core._ids import FILE_ID
+from window_retriever.ingestion._headers import embedded_text
+from window_retriever.ingestion._loaders import LoadOptions, load_sources
+from window_retriever.ingestion._splitter import WindowSplitter
+from window_retriever.ingestion._write import (
     INGEST_ORIGIN,
     OWNER_KEYS,
     FileOutcome,
@@ -35,9 +37,7 @@ from window_retriever._ingest import (
     sync_file,
     write_plan,
 )
-from window_retriever._loaders import LoadOptions, load_sources
-from window_retriever._splitter import WindowSplitter
-from window_retriever._stores import WindowStore, store_adapter
+from window_retriever.stores._adapters import WindowStore, store_adapter
 
 _T = TypeVar("_T")
 
