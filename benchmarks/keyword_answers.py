@@ -24,7 +24,7 @@ from typing import Any
 
 from replay import dev_set
 
-from window_retriever.stores._chroma import keyword_index
+from window_retriever.stores._chroma_keywords import keyword_index
 
 
 def answers(name: str, cache: Path) -> list[Any]:

@@ -38,7 +38,7 @@ from typing import Any
 
 from window_retriever import ChromaWindowStore, default_embeddings, ingest, open_store
 from window_retriever.keywords._index import KeywordIndex  # not public yet: the retriever wires it
-from window_retriever.stores._chroma import keyword_index
+from window_retriever.stores._chroma_keywords import keyword_index
 
 CHUNKS_PER_PAGE = 8
 """A page of about 3,000 characters splits into about 8 chunks of 400 (overlap 40)."""

@@ -67,7 +67,7 @@ from window_retriever import (
     open_store,
 )
 from window_retriever.evaluation import CountingStore
-from window_retriever.keywords._index import DEFAULT_CHECK_INTERVAL
+from window_retriever.keywords._lifecycle import DEFAULT_CHECK_INTERVAL
 from window_retriever.stores._chroma import ChromaWindowStore
 from window_retriever.stores._protocol import SearchIds
 

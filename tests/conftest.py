@@ -61,7 +61,7 @@ def make_store(chroma_client: Any) -> Iterator[Callable[..., Chroma]]:
         )
 
     yield factory
-    from window_retriever.stores._chroma import FEED_PREFIX
+    from window_retriever.stores._chroma_keywords import FEED_PREFIX
 
     for name in names:  # and the keyword change feed a write made beside it, if any
         feed = FEED_PREFIX + str(chroma_client.get_collection(name).id)

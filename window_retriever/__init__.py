@@ -30,12 +30,14 @@ if TYPE_CHECKING:  # what the names are; at run time each is imported on first u
     )
     from window_retriever.evaluation import evaluate, read_questions
     from window_retriever.ingestion import ingest
-    from window_retriever.ingestion._loaders import LoadOptions, load_file
+    from window_retriever.ingestion._loaders import load_file
     from window_retriever.ingestion._splitter import WindowSplitter
+    from window_retriever.ingestion._web import LoadOptions
     from window_retriever.ingestion._write import add_chunks, sync_file
     from window_retriever.plotting import plot_window_map
     from window_retriever.retrieval._retriever import ContextWindowRetriever
-    from window_retriever.stores._chroma import ChromaWindowStore, invalidate_keywords
+    from window_retriever.stores._chroma import ChromaWindowStore
+    from window_retriever.stores._chroma_keywords import invalidate_keywords
     from window_retriever.stores._memory import MemoryWindowStore
     from window_retriever.stores._open import open_store
     from window_retriever.stores._protocol import (
@@ -56,7 +58,7 @@ _WHERE = {
     "ContextWindowRetriever": "window_retriever.retrieval._retriever",
     "Fetch": "window_retriever.stores._protocol",
     "Found": "window_retriever.stores._protocol",
-    "LoadOptions": "window_retriever.ingestion._loaders",
+    "LoadOptions": "window_retriever.ingestion._web",
     "MemoryWindowStore": "window_retriever.stores._memory",
     "MiniLMEmbeddings": "window_retriever._embeddings",
     "MissingWindowMetadataError": "window_retriever._errors",
@@ -78,7 +80,7 @@ _WHERE = {
     "format_with_citations": "window_retriever.citations",
     "ingest": "window_retriever.ingestion",
     "ingestion": "window_retriever.ingestion",
-    "invalidate_keywords": "window_retriever.stores._chroma",
+    "invalidate_keywords": "window_retriever.stores._chroma_keywords",
     "load_file": "window_retriever.ingestion._loaders",
     "open_store": "window_retriever.stores._open",
     "plot_window_map": "window_retriever.plotting",

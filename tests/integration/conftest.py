@@ -24,7 +24,8 @@ from langchain_chroma import Chroma
 from langchain_core.documents import Document
 
 from window_retriever import WindowSplitter, add_chunks, default_embeddings
-from window_retriever.ingestion._loaders import LoadOptions, load_file
+from window_retriever.ingestion._loaders import load_file
+from window_retriever.ingestion._web import LoadOptions
 
 PAGES = Path(__file__).parents[2] / "window_retriever" / "_data" / "pages"
 

@@ -19,8 +19,9 @@ from langchain_core.documents import Document
 from langchain_core.embeddings import DeterministicFakeEmbedding
 
 from tests.integration.conftest import run_script, unique
-from window_retriever.keywords._index import COUNT_EVERY, KeywordIndex
-from window_retriever.stores._chroma import keyword_index
+from window_retriever.keywords._index import KeywordIndex
+from window_retriever.keywords._lifecycle import COUNT_EVERY
+from window_retriever.stores._chroma_keywords import keyword_index
 
 pytestmark = pytest.mark.integration
 
@@ -41,7 +42,7 @@ import chromadb
 from langchain_chroma import Chroma
 from langchain_core.documents import Document
 from langchain_core.embeddings import DeterministicFakeEmbedding
-from window_retriever.stores._chroma import ChromaKeywordSource, keyword_index
+from window_retriever.stores._chroma_keywords import ChromaKeywordSource, keyword_index
 from window_retriever.keywords._index import KeywordIndex
 if "host" in config:
     client = chromadb.HttpClient(host=config["host"], port=config["port"])
@@ -400,7 +401,7 @@ def test_another_process_s_library_writes_are_caught_up_on_every_machine(
     run(
         """
         from window_retriever import WindowSplitter, add_chunks, sync_file
-        from window_retriever.ingestion._write import remove_file
+        from window_retriever.ingestion._prune import remove_file
         splitter = WindowSplitter()
         add_chunks(store, splitter.split_documents(
             [Document(config["option"], metadata={"source": "new"})]))

@@ -22,9 +22,10 @@ from langchain_core.embeddings import DeterministicFakeEmbedding
 
 from tests.integration.conftest import run_script, unique
 from window_retriever import ingest, open_store
-from window_retriever.keywords._index import GENERATION_KEY, KeywordIndex
+from window_retriever.keywords._index import KeywordIndex
+from window_retriever.keywords._lifecycle import GENERATION_KEY
 from window_retriever.stores._adapters import ChromaWindowStore
-from window_retriever.stores._chroma import keyword_index
+from window_retriever.stores._chroma_keywords import keyword_index
 
 ROOT = Path(__file__).parents[2]
 COMMON = "manual"
@@ -109,7 +110,7 @@ import chromadb
 from langchain_chroma import Chroma
 from langchain_core.embeddings import DeterministicFakeEmbedding
 from window_retriever import ingest, open_store
-from window_retriever.stores._chroma import ChromaKeywordSource, keyword_index
+from window_retriever.stores._chroma_keywords import ChromaKeywordSource, keyword_index
 from window_retriever.keywords._index import KeywordIndex
 from window_retriever.stores._adapters import ChromaWindowStore
 config = json.loads(sys.argv[1])

@@ -18,7 +18,8 @@ from langchain_text_splitters import RecursiveCharacterTextSplitter
 
 from window_retriever import ContextWindowRetriever, LoadOptions, WindowSplitter
 from window_retriever.ingestion._pipeline import ingest_sources
-from window_retriever.ingestion._write import MAX_IDS_PER_CALL, origins_of, prune_missing
+from window_retriever.ingestion._prune import origins_of, prune_missing
+from window_retriever.ingestion._write import MAX_IDS_PER_CALL
 
 BIG = MAX_IDS_PER_CALL + 700  # chunks of the big file: more than one call may name
 SPLITTER = WindowSplitter(

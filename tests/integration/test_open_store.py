@@ -127,7 +127,7 @@ def test_a_header_httpx_cannot_send_is_told_apart_from_an_unreachable_server(
     guarded_server: Guard, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The probe's own guard, behind the checks of the token: h11 refuses the header."""
-    import window_retriever.stores._open as opened
+    import window_retriever.stores._address as opened
 
     proxy = guarded_server({"Authorization": f"Bearer {TOKEN}"})
     monkeypatch.setattr(opened, "_flaw", lambda value: "")  # let the bad token through

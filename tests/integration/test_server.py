@@ -361,7 +361,7 @@ def test_a_filtered_search_on_a_server_asks_for_the_ids_the_index_passes(
 ) -> None:
     """Once the process holds the keyword index, the search sends the ids its metadata
     passes in place of the filter (sync client and async HTTP alike), for Chroma's own hits."""
-    from window_retriever.stores._chroma import _AsyncServer
+    from window_retriever.stores._chroma_http import AsyncServer
 
     store = _indexed_store(chroma_server, "passing")
     where = {"tenant": "acme"}
@@ -369,7 +369,7 @@ def test_a_filtered_search_on_a_server_asks_for_the_ids_the_index_passes(
     assert 0 < len(passed) < store._collection.count()
     expected = _where_hits(store, "topic3 word3", where, 8)
     sent: list[dict[str, Any]] = []
-    query, call = store._collection.query, _AsyncServer.call
+    query, call = store._collection.query, AsyncServer.call
 
     def spy_query(*args: Any, **kwargs: Any) -> Any:
         sent.append(kwargs)
@@ -380,7 +380,7 @@ def test_a_filtered_search_on_a_server_asks_for_the_ids_the_index_passes(
         return await call(self, endpoint, body)
 
     monkeypatch.setattr(store._collection, "query", spy_query)
-    monkeypatch.setattr(_AsyncServer, "call", spy_call)
+    monkeypatch.setattr(AsyncServer, "call", spy_call)
     got = _search_ids(store, "topic3 word3", where, run)
 
     (body,) = sent
@@ -405,7 +405,7 @@ def test_a_chunk_deleted_behind_the_index_s_back_does_not_fail_a_search_on_a_ser
 
 def _indexed_store(chroma_server: str, name: str) -> Chroma:
     """A new collection of the default notes on the server, its keyword index built."""
-    from window_retriever.stores._chroma import keyword_index
+    from window_retriever.stores._chroma_keywords import keyword_index
 
     store = open_store(
         url=chroma_server,

@@ -510,7 +510,7 @@ def test_a_file_added_after_the_listing_is_not_pruned_by_an_older_run(
     from window_retriever import LoadOptions, WindowSplitter
     from window_retriever.ingestion._loaders import expand
     from window_retriever.ingestion._pipeline import ingest_sources
-    from window_retriever.ingestion._write import origins_of, prune_missing
+    from window_retriever.ingestion._prune import origins_of, prune_missing
 
     folder = tmp_path / "pages"
     folder.mkdir()

@@ -26,7 +26,7 @@ from tests.unit.test_budget import (
 )
 from window_retriever import ContextWindowRetriever, add_chunks
 from window_retriever.stores._adapters import ChromaWindowStore, Indexed
-from window_retriever.stores._chroma import invalidate_keywords
+from window_retriever.stores._chroma_keywords import invalidate_keywords
 from window_retriever.stores._protocol import SearchIds
 
 QUESTIONS = [*TOPICS, "camping and guitar", "pottery in the garden library", "turn 12 running"]

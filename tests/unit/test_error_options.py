@@ -32,7 +32,8 @@ from window_retriever._errors import (
 from window_retriever.cli._commands import FLAGS, said
 from window_retriever.cli._lock import StoreLockedError, writer_lock
 from window_retriever.cli._parser import build_parser, main
-from window_retriever.ingestion._loaders import LoadOptions, load_file
+from window_retriever.ingestion._loaders import load_file
+from window_retriever.ingestion._web import LoadOptions
 from window_retriever.stores._open import ENV_TIMEOUT
 
 PACKAGE = Path(__file__).parents[2] / "window_retriever"
@@ -69,7 +70,7 @@ def test_every_option_a_message_can_name_has_a_cli_flag() -> None:
 def test_every_option_named_in_the_package_is_declared() -> None:
     """mypy holds this too; here a new ``Option("name")`` fails without mypy."""
     named: list[tuple[str, str]] = []
-    for path in sorted(PACKAGE.glob("*.py")):
+    for path in sorted(PACKAGE.rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if (
                 isinstance(node, ast.Call)

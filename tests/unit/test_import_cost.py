@@ -48,7 +48,7 @@ SCRIPT = textwrap.dedent(
 
     import chromadb
     from langchain_chroma import Chroma
-    from window_retriever.stores._chroma import ChromaKeywordSource
+    from window_retriever.stores._chroma_keywords import ChromaKeywordSource
 
     chroma = Chroma(
         client=chromadb.EphemeralClient(),
@@ -70,6 +70,7 @@ LATER = {
     "window_retriever.cli._commands",
     "window_retriever.cli._terminal",
     "window_retriever.keywords._index",
+    "window_retriever.keywords._lifecycle",
     "window_retriever.keywords._engine",
     "window_retriever.keywords._rows",
     "window_retriever.ingestion._pipeline",

@@ -21,9 +21,9 @@ from langchain_core.documents import Document
 from tests.conftest import FakeClock, StoreSpy
 from tests.unit.test_budget import TieFreeEmbeddings, distinct_conversations, split, turns
 from window_retriever import ContextWindowRetriever, add_chunks
-from window_retriever.keywords._index import COUNT_EVERY
+from window_retriever.keywords._lifecycle import COUNT_EVERY
 from window_retriever.stores._adapters import ChromaWindowStore
-from window_retriever.stores._chroma import invalidate_keywords, keyword_index
+from window_retriever.stores._chroma_keywords import invalidate_keywords, keyword_index
 from window_retriever.stores._protocol import SearchIds
 
 FILTERS: list[dict[str, Any]] = [

@@ -27,16 +27,12 @@ import window_retriever
 from tests.conftest import FakeClock
 from window_retriever import ConfigurationError
 from window_retriever.evaluation.counting import CountingStore
-from window_retriever.keywords._index import (
-    COUNT_EVERY,
-    FOLDER,
-    GENERATION_KEY,
-    Fingerprint,
-    KeywordIndex,
-)
-from window_retriever.stores._chroma import (
+from window_retriever.keywords._engine import Fingerprint
+from window_retriever.keywords._index import KeywordIndex
+from window_retriever.keywords._lifecycle import COUNT_EVERY, FOLDER, GENERATION_KEY
+from window_retriever.stores._chroma import ChromaWindowStore
+from window_retriever.stores._chroma_keywords import (
     ChromaKeywordSource,
-    ChromaWindowStore,
     invalidate_keywords,
     keyword_index,
 )
@@ -986,7 +982,7 @@ def test_a_build_the_collection_changed_under_three_times_is_kept_changed_not_sa
 def test_the_machine_cache_is_the_variable_then_xdg_then_home(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    from window_retriever.keywords._index import CACHE_VARIABLE, cache_directory, server_cache
+    from window_retriever.keywords._lifecycle import CACHE_VARIABLE, cache_directory, server_cache
 
     monkeypatch.setenv(CACHE_VARIABLE, str(tmp_path / "mine"))
     assert cache_directory() == tmp_path / "mine"

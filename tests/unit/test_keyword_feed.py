@@ -18,11 +18,11 @@ from langchain_chroma import Chroma
 from langchain_core.documents import Document
 from langchain_core.embeddings import DeterministicFakeEmbedding
 
-import window_retriever.stores._chroma as chroma_module
+import window_retriever.stores._chroma_keywords as chroma_module
 from window_retriever import WindowSplitter, add_chunks, sync_file
-from window_retriever.ingestion._write import remove_file
+from window_retriever.ingestion._prune import remove_file
 from window_retriever.keywords._index import KeywordIndex
-from window_retriever.stores._chroma import (
+from window_retriever.stores._chroma_keywords import (
     FEED_PREFIX,
     ChromaKeywordSource,
     invalidate_keywords,

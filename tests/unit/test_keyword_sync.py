@@ -18,9 +18,9 @@ from langchain_core.embeddings import DeterministicFakeEmbedding, Embeddings
 
 from tests.conftest import FakeClock
 from window_retriever import MemoryWindowStore, WindowSplitter, add_chunks, ingest, sync_file
-from window_retriever.ingestion._write import prune_missing, remove_file
+from window_retriever.ingestion._prune import prune_missing, remove_file
 from window_retriever.keywords._index import KeywordIndex
-from window_retriever.stores._chroma import ChromaKeywordSource, keyword_index
+from window_retriever.stores._chroma_keywords import ChromaKeywordSource, keyword_index
 
 COMMON = "manual"
 """A word every page holds: a search for it lists every chunk the index has."""

@@ -29,7 +29,17 @@ RETRIEVAL = (
     "._retriever",
     "._strategies",
 )
-INGEST = ("", "._headers", "._ingest", "._loaders", "._pipeline", "._splitter", "._write")
+INGEST = (
+    "",
+    "._headers",
+    "._ingest",
+    "._loaders",
+    "._pipeline",
+    "._prune",
+    "._splitter",
+    "._web",
+    "._write",
+)
 LAYERS: dict[str, tuple[str, ...]] = {
     # plain data in, plain data out: the standard library only
     "core": (
@@ -37,6 +47,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "_version",
         "core",
         "core._adaptive",
+        "core._assembly",
         "core._filters",
         "core._fusion",
         "core._ids",
@@ -47,13 +58,22 @@ LAYERS: dict[str, tuple[str, ...]] = {
     # the contract a store keeps, and what stands beside it: LangChain types allowed
     "contract": ("_embeddings", "citations", "stores._protocol"),
     # the keyword index beside a store: it reaches the collection through its own protocol
-    "keywords": ("keywords", "keywords._engine", "keywords._index", "keywords._rows"),
+    "keywords": (
+        "keywords",
+        "keywords._engine",
+        "keywords._index",
+        "keywords._lifecycle",
+        "keywords._rows",
+    ),
     # the stores: the only modules that know Chroma
     "stores": (
         "stores",
         "stores._adapters",
+        "stores._address",
         "stores._chroma",
         "stores._chroma_errors",
+        "stores._chroma_http",
+        "stores._chroma_keywords",
         "stores._memory",
         "stores._open",
     ),
@@ -89,7 +109,13 @@ RETRIEVER = tuple(f"retrieval{m}" for m in RETRIEVAL)
 INGESTION = tuple(f"ingestion{m}" for m in INGEST)
 STORE_CLIENTS = {
     # the third-party packages only the store layers may import, and who imports them today
-    "chromadb": {"stores._chroma", "stores._chroma_errors", "stores._open"},
+    "chromadb": {
+        "stores._chroma",
+        "stores._chroma_errors",
+        "stores._chroma_http",
+        "stores._chroma_keywords",
+        "stores._open",
+    },
     "langchain_chroma": {"stores._open", "stores._adapters"},
     "tantivy": {"keywords._engine"},
 }

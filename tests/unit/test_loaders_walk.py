@@ -9,17 +9,15 @@ from typing import Any
 import pytest
 
 from window_retriever.ingestion._loaders import (
-    BINARY,
-    EMPTY,
     GONE,
     NAME_NOT_UTF8,
-    LoadOptions,
     decode_text,
     expand,
     load_file,
     load_sources,
     printable,
 )
+from window_retriever.ingestion._web import BINARY, EMPTY, LoadOptions
 
 
 def write(path: Path, text: str = "Some words about moths and lamps.") -> Path:

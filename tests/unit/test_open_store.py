@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from window_retriever import ConfigurationError, StoreError, open_store
 from window_retriever.cli._parser import main
-from window_retriever.stores._open import _address, _public
+from window_retriever.stores._address import _address, _public
 
 PASSWORD = "hunter2"  # noqa: S105 - a test's password
 TOKEN = "s3cret-token"  # noqa: S105 - a test's token

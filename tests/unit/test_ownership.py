@@ -16,13 +16,8 @@ from langchain_text_splitters import RecursiveCharacterTextSplitter
 
 from window_retriever import ContextWindowRetriever, WindowSplitter, add_chunks, sync_file
 from window_retriever.ingestion._pipeline import Piece, Write, Writer
-from window_retriever.ingestion._write import (
-    INGEST_ORIGIN,
-    directory_origin,
-    origins_of,
-    plan_file,
-    prune_missing,
-)
+from window_retriever.ingestion._prune import directory_origin, origins_of, prune_missing
+from window_retriever.ingestion._write import INGEST_ORIGIN, plan_file
 
 SPLITTER = WindowSplitter(RecursiveCharacterTextSplitter(chunk_size=60, chunk_overlap=10))
 TEXT = " ".join(f"Sentence {i:02d} of the public notes." for i in range(12))

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from window_retriever.ingestion._loaders import _head_title, _page_title, _soup
+from window_retriever.ingestion._web import _head_title, _page_title, _soup
 
 PAGES = sorted((Path(__file__).parents[2] / "window_retriever" / "_data" / "pages").glob("*.html"))
 TRICKY = [

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime
+import importlib
 import tomllib
 from collections.abc import Callable
 from pathlib import Path
@@ -435,3 +436,15 @@ def test_a_chunk_the_splitter_emits_inside_the_one_before_keeps_every_span_true(
     after = [*nested, Chunk("c", "ghij", "f", 2, start=6)]
     assert join_texts(after) == "abcdefghij"  # measured from "abcdefgh"'s end, not "cd"'s
     assert chunk_spans(after) == [(0, 8), (2, 4), (6, 10)]
+
+
+@pytest.mark.parametrize("name", ["window_retriever.stores", "window_retriever.ingestion"])
+def test_each_public_subpackage_lists_its_names_and_gives_each(name: str) -> None:
+    """``stores`` and ``ingestion`` are public packages of private modules, like the package."""
+    module = importlib.import_module(name)
+    assert module.__all__ == sorted(module.__all__)
+    for public in module.__all__:
+        assert getattr(module, public) is not None, public
+    assert {n for n in dir(module) if not n.startswith("_")} <= set(module.__all__)
+    with pytest.raises(AttributeError, match="no attribute 'Nothing'"):
+        module.Nothing  # noqa: B018 - the attribute access is the test

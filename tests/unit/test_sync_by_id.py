@@ -14,7 +14,8 @@ from langchain_text_splitters import RecursiveCharacterTextSplitter
 from tests.conftest import StoreSpy
 from window_retriever import OwnershipError, WindowSplitter, add_chunks, sync_file
 from window_retriever.ingestion import _write as ingest_module
-from window_retriever.ingestion._write import FILE_CHUNKS, INGEST_ORIGIN, prune_missing
+from window_retriever.ingestion._prune import prune_missing
+from window_retriever.ingestion._write import FILE_CHUNKS, INGEST_ORIGIN
 
 SPLITTER = WindowSplitter(RecursiveCharacterTextSplitter(chunk_size=60, chunk_overlap=10))
 

@@ -8,17 +8,16 @@ from collections.abc import Sequence
 
 import pytest
 
+from window_retriever.core._assembly import assemble, plan_needs
 from window_retriever.core._windows import (
     Chunk,
     Hit,
     Mode,
     Position,
     Window,
-    assemble,
     fit_total,
     join_texts,
     plan_fetch,
-    plan_needs,
 )
 
 

@@ -10,13 +10,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.unit.test_windows import EVERYWHERE, by_position, make_file
+from window_retriever.core._assembly import assemble
 from window_retriever.core._windows import (
     Chunk,
     Hit,
     Mode,
     Position,
     Window,
-    assemble,
     chunk_spans,
     join_texts,
 )

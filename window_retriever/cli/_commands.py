@@ -54,8 +54,9 @@ class CommandError(WindowRetrieverError):
 
 def run_ingest(args: argparse.Namespace) -> int:
     from window_retriever.ingestion import Listed, Repeated, Unlistable, ingest
-    from window_retriever.ingestion._loaders import LoadOptions, check_sources, printable
+    from window_retriever.ingestion._loaders import check_sources, printable
     from window_retriever.ingestion._pipeline import SourceOutcome
+    from window_retriever.ingestion._web import LoadOptions
 
     metadata = _parse_metadata(args.metadata)
     splitter = _splitter(args.chunk_size, args.chunk_overlap)
@@ -119,7 +120,8 @@ def run_ingest(args: argparse.Namespace) -> int:
 
 
 def _source_line(result: SourceOutcome) -> str:
-    from window_retriever.ingestion._loaders import EMPTY, printable
+    from window_retriever.ingestion._loaders import printable
+    from window_retriever.ingestion._web import EMPTY
 
     name, outcome = printable(result.name), result.outcome
     if outcome is None:
@@ -242,9 +244,9 @@ def run_eval(args: argparse.Namespace) -> int:
 def run_demo(args: argparse.Namespace) -> int:
     _check_window_arguments(args)
     from window_retriever.ingestion import ingest
-    from window_retriever.ingestion._loaders import LoadOptions
     from window_retriever.ingestion._pipeline import SourceOutcome
-    from window_retriever.ingestion._write import prune_missing
+    from window_retriever.ingestion._prune import prune_missing
+    from window_retriever.ingestion._web import LoadOptions
 
     pages = Path(args.pages) if args.pages else bundled_pages()
     if not pages.is_dir():

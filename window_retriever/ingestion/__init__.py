@@ -10,10 +10,10 @@ the same events to report::
 
 The public names are below, each imported on first use. The modules are private:
 ``_ingest`` (:func:`ingest`: expand directories, namespace each owner's files, ingest, prune),
-``_pipeline`` (load, split, embed and write many sources at once), ``_loaders`` (files and web
-pages to text), ``_splitter`` (``WindowSplitter``), ``_headers`` (contextual chunk headers)
-and ``_write`` (writing, re-ingesting and removing one file's chunks: ``add_chunks``,
-``sync_file``).
+``_pipeline`` (load, split, embed and write many sources at once), ``_loaders`` and ``_web``
+(files and web pages to text), ``_splitter`` (``WindowSplitter``), ``_headers`` (contextual
+chunk headers), ``_write`` (writing and re-ingesting one file's chunks: ``add_chunks``,
+``sync_file``) and ``_prune`` (origins, ``remove_file``, ``prune_missing``).
 """
 
 from typing import TYPE_CHECKING
@@ -29,21 +29,37 @@ if TYPE_CHECKING:
         ingest,
     )
     from window_retriever.ingestion._pipeline import IngestProgress, SourceOutcome
-    from window_retriever.ingestion._write import (
-        OWNER_KEYS,
-        FileOutcome,
-        Pruned,
-        directory_origin,
-    )
+    from window_retriever.ingestion._prune import Pruned, directory_origin
+    from window_retriever.ingestion._write import OWNER_KEYS, FileOutcome
+
+
+_WHERE = {
+    **dict.fromkeys(
+        (
+            "IngestEvent",
+            "IngestSummary",
+            "Listed",
+            "RESERVED_METADATA",
+            "Repeated",
+            "Unlistable",
+            "ingest",
+        ),
+        "window_retriever.ingestion._ingest",
+    ),
+    **dict.fromkeys(("IngestProgress", "SourceOutcome"), "window_retriever.ingestion._pipeline"),
+    **dict.fromkeys(("Pruned", "directory_origin"), "window_retriever.ingestion._prune"),
+    **dict.fromkeys(("FileOutcome", "OWNER_KEYS"), "window_retriever.ingestion._write"),
+}
 
 
 def __getattr__(name: str) -> object:
-    if name not in __all__:
+    module = _WHERE.get(name)
+    if module is None:
         msg = f"module 'window_retriever.ingestion' has no attribute {name!r}"
         raise AttributeError(msg)
     import importlib
 
-    value = getattr(importlib.import_module("window_retriever.ingestion._ingest"), name)
+    value = getattr(importlib.import_module(module), name)
     globals()[name] = value
     return value
 
@@ -52,15 +68,15 @@ def __dir__() -> list[str]:
     return list(__all__)
 
 
-__all__ = [
-    "OWNER_KEYS",
-    "RESERVED_METADATA",
+__all__ = [  # noqa: RUF022 - sorted as Python sorts, as in the package's own __init__
     "FileOutcome",
     "IngestEvent",
     "IngestProgress",
     "IngestSummary",
     "Listed",
+    "OWNER_KEYS",
     "Pruned",
+    "RESERVED_METADATA",
     "Repeated",
     "SourceOutcome",
     "Unlistable",

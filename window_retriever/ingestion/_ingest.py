@@ -23,17 +23,12 @@ from langchain_text_splitters import TextSplitter
 from window_retriever._errors import ConfigurationError
 from window_retriever.core._ids import make_file_id
 from window_retriever.ingestion._headers import DEFAULT_HEADERS
-from window_retriever.ingestion._loaders import EMPTY, GONE, LoadOptions, expand, is_url
+from window_retriever.ingestion._loaders import GONE, expand, is_url
 from window_retriever.ingestion._pipeline import IngestProgress, SourceOutcome, ingest_sources
+from window_retriever.ingestion._prune import Pruned, origins_of, prune_missing, remove_file
 from window_retriever.ingestion._splitter import WindowSplitter
-from window_retriever.ingestion._write import (
-    OWNER_KEYS,
-    Pruned,
-    operation,
-    origins_of,
-    prune_missing,
-    remove_file,
-)
+from window_retriever.ingestion._web import EMPTY, LoadOptions
+from window_retriever.ingestion._write import OWNER_KEYS, operation
 from window_retriever.stores._adapters import store_adapter
 
 RESERVED_METADATA = frozenset(

@@ -22,8 +22,9 @@ from langchain_core.documents import Document
 from window_retriever._errors import OwnershipError
 from window_retriever.core._ids import FILE_ID
 from window_retriever.ingestion._headers import embedded_text
-from window_retriever.ingestion._loaders import LoadOptions, load_sources
+from window_retriever.ingestion._loaders import load_sources
 from window_retriever.ingestion._splitter import WindowSplitter
+from window_retriever.ingestion._web import LoadOptions
 from window_retriever.ingestion._write import (
     INGEST_ORIGIN,
     OWNER_KEYS,

@@ -18,17 +18,15 @@ from abc import ABC, abstractmethod
 
 from langchain_core.documents import Document
 
+from window_retriever.core._assembly import Assembly, assemble, plan_needs
 from window_retriever.core._ids import make_chunk_id
 from window_retriever.core._windows import (
-    Assembly,
     Hit,
     Measure,
     Position,
     Window,
-    assemble,
     fit_total,
     plan_fetch,
-    plan_needs,
     plan_positions,
 )
 from window_retriever.retrieval._candidates import CandidateSource, VectorSearch

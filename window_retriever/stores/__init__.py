@@ -14,11 +14,8 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from window_retriever.keywords._index import KeywordIndex
-    from window_retriever.stores._chroma import (
-        ChromaWindowStore,
-        invalidate_keywords,
-        keyword_index,
-    )
+    from window_retriever.stores._chroma import ChromaWindowStore
+    from window_retriever.stores._chroma_keywords import invalidate_keywords, keyword_index
     from window_retriever.stores._memory import MemoryWindowStore
     from window_retriever.stores._protocol import (
         AsyncWindowStore,
@@ -49,8 +46,8 @@ _WHERE = {
     "Space": "window_retriever.stores._protocol",
     "Where": "window_retriever.stores._protocol",
     "WindowStore": "window_retriever.stores._protocol",
-    "invalidate_keywords": "window_retriever.stores._chroma",
-    "keyword_index": "window_retriever.stores._chroma",
+    "invalidate_keywords": "window_retriever.stores._chroma_keywords",
+    "keyword_index": "window_retriever.stores._chroma_keywords",
 }
 
 
