@@ -49,7 +49,7 @@ from locomo import build_store
 
 from window_retriever import ContextWindowRetriever, WindowSplitter, default_embeddings
 from window_retriever.evaluation import CountingStore
-from window_retriever.stores._adapters import ChromaWindowStore, Indexed, SearchIds
+from window_retriever.stores import ChromaWindowStore, Indexed, SearchIds
 
 VECTOR = {"candidates": "vector", "k": 4}
 """0.2.0's defaults with a total budget, pinned so that its records still compare."""

@@ -24,7 +24,7 @@ from tests.integration.conftest import run_script, unique
 from window_retriever import ingest, open_store
 from window_retriever.keywords._index import KeywordIndex
 from window_retriever.keywords._lifecycle import GENERATION_KEY
-from window_retriever.stores._adapters import ChromaWindowStore
+from window_retriever.stores import ChromaWindowStore
 from window_retriever.stores._chroma_keywords import keyword_index
 
 ROOT = Path(__file__).parents[2]
@@ -112,7 +112,7 @@ from langchain_core.embeddings import DeterministicFakeEmbedding
 from window_retriever import ingest, open_store
 from window_retriever.stores._chroma_keywords import ChromaKeywordSource, keyword_index
 from window_retriever.keywords._index import KeywordIndex
-from window_retriever.stores._adapters import ChromaWindowStore
+from window_retriever.stores import ChromaWindowStore
 config = json.loads(sys.argv[1])
 fake = DeterministicFakeEmbedding(size=16)
 if config["how"] == "open_store":

@@ -35,7 +35,7 @@ from window_retriever import (
     open_store,
 )
 from window_retriever.cli._parser import main
-from window_retriever.stores._adapters import ChromaWindowStore
+from window_retriever.stores import ChromaWindowStore
 
 ENV_URL, ENV_TOKEN = "WINDOW_RETRIEVER_CHROMA_URL", "WINDOW_RETRIEVER_CHROMA_TOKEN"
 Guard = Callable[..., GuardedProxy]

@@ -27,7 +27,7 @@ from window_retriever import (
     open_store,
 )
 from window_retriever.cli._parser import main
-from window_retriever.stores._adapters import ChromaWindowStore
+from window_retriever.stores import ChromaWindowStore
 
 Guard = Callable[..., GuardedProxy]
 

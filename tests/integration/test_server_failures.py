@@ -25,7 +25,7 @@ from langchain_core.embeddings import DeterministicFakeEmbedding
 from tests.integration.conftest import TOKEN, ChromaServer, GuardedProxy, fill, unique
 from window_retriever import ContextWindowRetriever, StoreError, WindowSplitter, open_store
 from window_retriever.cli._parser import main
-from window_retriever.stores._adapters import store_errors
+from window_retriever.stores._chroma_errors import store_errors
 
 Guard = Callable[..., GuardedProxy]
 DEADLINE = 60.0

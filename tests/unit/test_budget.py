@@ -28,7 +28,8 @@ from window_retriever import (
     add_chunks,
 )
 from window_retriever.retrieval._candidates import SURVEY_WIDTH
-from window_retriever.stores._adapters import execute, store_adapter
+from window_retriever.stores._adapters import store_adapter
+from window_retriever.stores._protocol import execute
 
 SPEAKERS = ("Caroline", "Melanie")
 TOPICS = ("pottery", "camping", "adoption", "painting", "running", "guitar", "library", "garden")

@@ -25,7 +25,7 @@ from tests.unit.test_budget import (
     turns,
 )
 from window_retriever import ContextWindowRetriever, add_chunks
-from window_retriever.stores._adapters import ChromaWindowStore, Indexed
+from window_retriever.stores import ChromaWindowStore, Indexed
 from window_retriever.stores._chroma_keywords import invalidate_keywords
 from window_retriever.stores._protocol import SearchIds
 

@@ -22,7 +22,7 @@ from langchain_core.embeddings import DeterministicFakeEmbedding
 from window_retriever import ConfigurationError, ContextWindowRetriever, StoreError, open_store
 from window_retriever.cli._lock import writer_lock
 from window_retriever.cli._parser import main
-from window_retriever.stores._adapters import store_errors
+from window_retriever.stores._chroma_errors import store_errors
 
 
 def one_line(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:

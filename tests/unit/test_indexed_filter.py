@@ -22,7 +22,7 @@ from tests.conftest import FakeClock, StoreSpy
 from tests.unit.test_budget import TieFreeEmbeddings, distinct_conversations, split, turns
 from window_retriever import ContextWindowRetriever, add_chunks
 from window_retriever.keywords._lifecycle import COUNT_EVERY
-from window_retriever.stores._adapters import ChromaWindowStore
+from window_retriever.stores import ChromaWindowStore
 from window_retriever.stores._chroma_keywords import invalidate_keywords, keyword_index
 from window_retriever.stores._protocol import SearchIds
 

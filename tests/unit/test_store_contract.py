@@ -33,7 +33,7 @@ from window_retriever import (
     WindowStore,
     add_chunks,
 )
-from window_retriever.stores._adapters import aexecute, execute
+from window_retriever.stores._protocol import aexecute, execute
 
 
 class GatedEmbedding(DeterministicFakeEmbedding):

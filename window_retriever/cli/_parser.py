@@ -62,8 +62,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.debug:
             traceback.print_exc()
         if not isinstance(error, WindowRetrieverError):  # a store call not translated yet
-            from window_retriever.stores._adapters import store_failure
             from window_retriever.stores._address import _public
+            from window_retriever.stores._chroma_errors import store_failure
 
             url = getattr(args, "chroma_url", None) or os.environ.get(ENV_URL)
             error = store_failure(error, _public(url) if url else None) or error

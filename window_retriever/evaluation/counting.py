@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
-from window_retriever.stores._adapters import (
+from window_retriever.stores._adapters import store_adapter
+from window_retriever.stores._protocol import (
     Fetch,
     Found,
     IdHits,
@@ -15,7 +16,6 @@ from window_retriever.stores._adapters import (
     Where,
     WindowStore,
     execute,
-    store_adapter,
 )
 
 

@@ -17,7 +17,8 @@ from typing import Any
 
 from window_retriever._errors import ConfigurationError
 from window_retriever.core._ids import FILE_ID
-from window_retriever.stores._adapters import WindowStore, store_adapter
+from window_retriever.stores._adapters import store_adapter
+from window_retriever.stores._protocol import WindowStore
 
 Span = tuple[int, int]
 """A character range ``[start, end)`` in a source text."""

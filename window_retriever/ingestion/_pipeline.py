@@ -38,7 +38,8 @@ from window_retriever.ingestion._write import (
     sync_file,
     write_plan,
 )
-from window_retriever.stores._adapters import WindowStore, store_adapter
+from window_retriever.stores._adapters import store_adapter
+from window_retriever.stores._protocol import WindowStore
 
 _T = TypeVar("_T")
 

@@ -14,7 +14,8 @@ from langchain_core.documents import Document
 from window_retriever._errors import ConfigurationError, Message, Option, OwnershipError
 from window_retriever.core._ids import CHUNK_ID, CHUNK_INDEX, FILE_ID, FILE_VERSION
 from window_retriever.ingestion._headers import embedded_text
-from window_retriever.stores._adapters import Record, WindowStore, store_adapter
+from window_retriever.stores._adapters import store_adapter
+from window_retriever.stores._protocol import Record, WindowStore
 
 logger = logging.getLogger(__name__)
 

@@ -1,9 +1,8 @@
 """Where the retriever and ingestion get their store: :func:`store_adapter`.
 
-The protocol lives in ``window_retriever.stores._protocol`` (:class:`WindowStore`, its async twin,
-the requests and :class:`Found`), the Chroma adapter in ``window_retriever.stores._chroma``, the
-in-memory store in ``window_retriever.stores._memory``, and Chroma's failures in
-``window_retriever.stores._chroma_errors``; their names are re-exported here.
+It wraps a ``langchain_chroma.Chroma`` in ``stores._chroma.ChromaWindowStore`` and passes a
+``WindowStore`` through. The protocol's names live in ``stores._protocol``; the public ones are
+in ``window_retriever.stores``.
 """
 
 from __future__ import annotations
@@ -12,49 +11,7 @@ from typing import Any
 
 from window_retriever._errors import ConfigurationError
 from window_retriever.stores._chroma import ChromaWindowStore
-from window_retriever.stores._chroma_errors import server_address, store_errors, store_failure
-from window_retriever.stores._protocol import (
-    AsyncWindowStore,
-    Fetch,
-    Found,
-    IdHits,
-    Indexed,
-    Record,
-    Request,
-    Response,
-    Search,
-    SearchIds,
-    Space,
-    Where,
-    WindowStore,
-    aexecute,
-    execute,
-    in_thread,
-)
-
-__all__ = [
-    "AsyncWindowStore",
-    "ChromaWindowStore",
-    "Fetch",
-    "Found",
-    "IdHits",
-    "Indexed",
-    "Record",
-    "Request",
-    "Response",
-    "Search",
-    "SearchIds",
-    "Space",
-    "Where",
-    "WindowStore",
-    "aexecute",
-    "execute",
-    "in_thread",
-    "server_address",
-    "store_adapter",
-    "store_errors",
-    "store_failure",
-]
+from window_retriever.stores._protocol import WindowStore
 
 
 def store_adapter(vectorstore: Any) -> WindowStore:
