@@ -67,20 +67,33 @@ class Adaptive(_Budgeted):
         self.lengths = lengths or TypicalLength()
 
     def run(self, query: str, params: Params, source: CandidateSource) -> Flow:
+        """The survey's two readings, most specific first, then the full read (one exit).
+
+        Each reading returns ``None`` where it cannot answer exactly, and the next runs:
+        :meth:`_chosen_first` (select on the lengths the process holds, read only the chosen),
+        :meth:`_surveyed` (read every chunk the selection may measure, then select), and the
+        budgeted read of :class:`~window_retriever.retrieval._strategies._Budgeted` (hits and
+        neighbours with their vectors). All give the same windows.
+        """
+        survey = yield from self._survey(query, params, source)
+        if survey is not None:
+            for reading in (self._chosen_first, self._surveyed):
+                documents: list[Document] | None = yield from reading(survey, params)
+                if documents is not None:
+                    return documents
+        return (yield from super().run(query, params, source))
+
+    def _survey(self, query: str, params: Params, source: CandidateSource) -> Flow:
+        """The survey to select by, or ``None`` where there is none to measure chunks by."""
         if params.diversity > 0 or not source.surveys or self.lengths.disabled:
-            return (yield from super().run(query, params, source))
-        survey = yield from source.survey(query, params.fetch_k, params)
+            return None  # diversity compares vectors; the source cannot search ids alone
+        survey: Survey | None = yield from source.survey(query, params.fetch_k, params)
         if survey is None:  # ids that do not name positions: the usual search, from now on
             self.lengths.disable()
-            return (yield from super().run(query, params, source))
+            return None
         if survey.hits and math.isinf(survey.bound):  # keyword hits only: nothing to measure by
-            return (yield from super().run(query, params, source))
-        documents: list[Document] | None = yield from self._chosen_first(survey, params)
-        if documents is None:  # nothing held to choose by, or a chunk read differs from it
-            documents = yield from self._surveyed(survey, params)
-        if documents is None:  # a hit is not where its id says: read it the usual way
-            return (yield from super().run(query, params, source))
-        return documents
+            return None
+        return survey
 
     def _chosen_first(self, survey: Survey, params: Params) -> Flow:
         """Select on the lengths the process holds (``Survey.held``); read only the chosen.
