@@ -27,6 +27,7 @@ RETRIEVAL = (
     "._pool",
     "._records",
     "._retriever",
+    "._stand_ins",
     "._strategies",
 )
 INGEST = (

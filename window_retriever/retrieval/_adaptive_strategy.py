@@ -1,52 +1,45 @@
 """Adaptive windows: hits and neighbours compete for one total budget by relevance.
 
-The default with ``total_budget``. :class:`Adaptive` plans the fetch from the hits, reads the
-chunks it may choose in one fetch, and selects with ``_adaptive.select_adaptive``, each chunk
-worth minus its distance to the query. Where the candidate source surveys (ids and distances
-only, see ``_pool.Survey``) it measures chunks by the survey, and where the process holds
-the chunks' lengths and metadata (the keyword index, ``Survey.held``) it selects before it
-reads and reads only the chosen (:meth:`Adaptive._chosen_first`). Each shortcut returns
-``None`` where it cannot answer exactly, and the next, more general one runs: every way gives
-the same windows (``benchmarks/replay.py --against-reading-all`` checks it).
+The default with ``total_budget``. :class:`Adaptive` runs one flow: the hits, the plan of the
+neighbours they may grow to, those neighbours, the selection (``_adaptive.select_adaptive``,
+each chunk worth minus its distance to the query), and the windows as documents. What
+differs is only how much is known before the read:
+
+- a survey (ids and distances only, ``_pool.Survey``) measures each chunk by its distance in a
+  wide pool; where the keyword index holds the chunks' lengths and metadata, their stand-ins
+  (``_stand_ins``) are selected among before anything is read, and only the chosen are read
+  and checked;
+- without a survey (diversity on, a source that cannot search ids alone, ids that do not name
+  positions, keyword hits only), the search reads the hits and the fetch the neighbours with
+  their stored vectors, which measure them (``_strategies._Budgeted``).
+
+Every way gives the same windows (``benchmarks/replay.py --against-reading-all`` checks it).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import replace
 
 from langchain_core.documents import Document
 
 from window_retriever.core._adaptive import plan_adaptive_fetch, select_adaptive
 from window_retriever.core._ids import make_chunk_id
-from window_retriever.core._windows import (
-    Chunk,
-    Hit,
-    Measure,
-    Position,
-    Window,
-    join_texts,
-)
+from window_retriever.core._windows import Chunk, Hit, Measure, Position, Window
 from window_retriever.retrieval._candidates import CandidateSource
 from window_retriever.retrieval._params import Params
 from window_retriever.retrieval._pool import (
     Flow,
     Neighbours,
     Pool,
-    Read,
     Survey,
     TypicalLength,
     above_floor,
     to_query,
 )
-from window_retriever.retrieval._records import (
-    by_position,
-    read_chunk,
-    read_record,
-)
+from window_retriever.retrieval._records import by_position
+from window_retriever.retrieval._stand_ins import StandIns, read_windows
 from window_retriever.retrieval._strategies import _Budgeted, documents_of
-from window_retriever.stores._protocol import Indexed
 
 
 class Adaptive(_Budgeted):
@@ -54,11 +47,11 @@ class Adaptive(_Budgeted):
 
     Where the source can :meth:`~CandidateSource.survey` (a store that searches ids alone,
     ids that name positions) and ``diversity`` is off, the search returns ids and distances
-    only, of a pool wider than the hits, and one fetch reads the hits that can be chosen with
-    the neighbours they can grow to: texts and metadata, no vectors. A chunk is measured by
-    its distance in the pool, or at the pool's farthest distance when it is not among them
-    (:class:`~window_retriever.retrieval._pool.Survey`). Otherwise each neighbour is
-    measured by its stored vector, read with the fetch.
+    only, of a pool wider than the hits, and a chunk is measured by its distance in the pool,
+    or at the pool's farthest distance when it is not among them
+    (:class:`~window_retriever.retrieval._pool.Survey`); one fetch reads texts and metadata,
+    no vectors. Otherwise each neighbour is measured by its stored vector, read with the
+    fetch.
     """
 
     embeddings = True
@@ -67,18 +60,22 @@ class Adaptive(_Budgeted):
         self.lengths = lengths or TypicalLength()
 
     def run(self, query: str, params: Params, source: CandidateSource) -> Flow:
-        """The survey's two readings, most specific first, then the full read (one exit).
+        """One flow from a survey: the hits, the plan, the neighbours, the selection, a check.
 
-        Each reading returns ``None`` where it cannot answer exactly, and the next runs:
-        :meth:`_chosen_first` (select on the lengths the process holds, read only the chosen),
-        :meth:`_surveyed` (read every chunk the selection may measure, then select), and the
-        budgeted read of :class:`~window_retriever.retrieval._strategies._Budgeted` (hits and
-        neighbours with their vectors). All give the same windows.
+        The flow runs first on the keyword index's stand-ins where it holds them
+        (:class:`~window_retriever.retrieval._stand_ins.StandIns`: nothing is read but the
+        chunks chosen), and again reading the chunks where a stand-in was wrong. Without a
+        survey, or where a hit is not where its id says, the budgeted read of
+        :class:`~window_retriever.retrieval._strategies._Budgeted` (hits and neighbours with
+        their vectors). All give the same windows.
         """
         survey = yield from self._survey(query, params, source)
         if survey is not None:
-            for reading in (self._chosen_first, self._surveyed):
-                documents: list[Document] | None = yield from reading(survey, params)
+            stand_ins = StandIns.of(survey, params)
+            for known in (stand_ins, None) if stand_ins is not None else (None,):
+                documents: list[Document] | None = yield from self._from_survey(
+                    survey, params, known
+                )
                 if documents is not None:
                     return documents
         return (yield from super().run(query, params, source))
@@ -95,103 +92,61 @@ class Adaptive(_Budgeted):
             return None
         return survey
 
-    def _chosen_first(self, survey: Survey, params: Params) -> Flow:
-        """Select on the lengths the process holds (``Survey.held``); read only the chosen.
+    def _from_survey(self, survey: Survey, params: Params, stand_ins: StandIns | None) -> Flow:
+        """The hits, the plan, the neighbours, the selection and the check, from a survey.
 
-        The keyword index holds every chunk's length and metadata, so the hits and the
-        neighbours :meth:`_surveyed` would read stand in for themselves (a text of the same
-        length: the budgets measure characters; the caller's filter applied to the metadata)
-        and the selection is made before the fetch, exactly as it would be made after it. The
-        one fetch reads the chunks chosen (about five, where :meth:`_surveyed` reads every one
-        the selection might measure, nearly fifty) and the planned positions the index holds
-        no chunk for, or one the filter hides (gaps: few, at file ends). Each chunk chosen is
-        checked against its stand-in (position, offset, version, length, and the filter on
-        the metadata just read); where one differs or a gap is filled (written since the
-        index was checked), ``None`` is returned and the caller reads the usual way; a store
-        that holds an index learns from its own fetch what was read, so it costs one fetch
-        more once. A stale index so never brings back an old text or a hidden chunk; a neighbour
-        left unchosen whose length changed unseen is still valued at its old length.
-
-        Return the documents, or ``None`` (nothing held, a length function other than ``len``,
-        a filter only the store can decide, a hit the index does not hold, or a changed chunk).
+        With ``stand_ins`` the hits and the neighbours are their stand-ins and the check reads
+        the chunks chosen (one fetch); without, the hits are read with the neighbours an
+        estimate plans (one fetch), and what the plan made from the hits' own lengths needs
+        beyond the estimate is read then (rarely one fetch more). Return the documents, or
+        ``None`` where a stand-in or an id was wrong.
         """
+        total = params.total_budget
+        assert total is not None  # noqa: S101 - strategy_for checked
+        measure = Measure(params.length_function)
         neighbours = Neighbours(params)
-        predicate = neighbours.predicate
-        index = survey.held
-        if index is None or params.length_function is not len or predicate is None:
+        pool: Pool | None = yield from self._hits(survey, params, measure, neighbours, stand_ins)
+        if pool is None:
             return None
-        known = index.indexed([hit.chunk.id for hit in survey.hits])
-        if known is None:
-            return None
-        hits: list[Hit] = []
-        for hit in survey.hits:
-            stand_in = _stand_in(hit.chunk.id, known)
-            if stand_in is None or stand_in.position != hit.chunk.position:
-                return None  # not indexed yet, or not where its id says: read it
-            # no filter here: the search applied it (the keyword leg to the index's metadata,
-            # which the check after the read corrects)
-            hits.append(replace(hit, chunk=stand_in))
-        total = params.total_budget
-        assert total is not None  # noqa: S101 - strategy_for checked
-        measure = Measure(params.length_function)
-        hits, chunks = by_position(hits)
-        pool = Pool(hits, chunks, fused=survey.fused)
-        planned = {
-            make_chunk_id(*position): position
-            for position in self.plan(pool, params, measure)
-            if position not in chunks
-        }
-        known = {**known, **(index.indexed(list(planned)) or {})}
-        gaps: dict[str, Position] = {}
-        for chunk_id, position in planned.items():
-            stand_in = _stand_in(chunk_id, known)
-            if (
-                stand_in is not None
-                and stand_in.position == position
-                and predicate(stand_in.metadata)
-            ):
-                chunks[position] = stand_in
-            else:
-                gaps[chunk_id] = position  # none held there, or hidden as far as the index knows
+        needed = self.plan(pool, params, measure)  # as where the search reads the hits
+        if stand_ins is not None:
+            stand_ins.add_neighbours(pool, needed)
+        else:
+            yield from neighbours.fetch(pool, needed)  # only what the estimate missed
+            kept = {*needed, *(hit.chunk.position for hit in pool.hits)}
+            pool.chunks = {position: c for position, c in pool.chunks.items() if position in kept}
         windows, over = self._select_surveyed(pool, survey, params, measure)
-        chosen = {chunk.id: chunk for window in windows for chunk in window.chunks}
-        if not chosen:
-            return []
-        found: Read = yield from neighbours.read([*chosen, *gaps])
-        read: dict[str, Chunk] = {}
-        filled = False
-        for document in found.documents:
-            chunk_id = document.id or ""
-            stand_in = chosen.get(chunk_id)
-            if stand_in is None and chunk_id not in gaps:
-                continue
-            chunk, problem = read_chunk(document)
-            if problem is not None:
-                continue
-            if stand_in is None:
-                filled = filled or chunk.position == gaps[chunk_id]
-            elif _same_shape(chunk, stand_in):
-                read[chunk_id] = chunk
-        if filled or len(read) < len(chosen):
-            return None  # written since the index was checked: read the usual way
-        self.lengths.learn(measure, read.values())
-        return documents_of([_read_window(window, read) for window in windows], over, total, params)
+        if stand_ins is not None:
+            read: dict[str, Chunk] | None = yield from stand_ins.check(windows, neighbours)
+            if read is None:
+                return None
+            self.lengths.learn(measure, read.values())
+            windows = read_windows(windows, read)
+        return documents_of(windows, over, total, params)
 
-    def _surveyed(self, survey: Survey, params: Params) -> Flow:
-        """Read every hit with the neighbours it may grow to, in one fetch; select.
+    def _hits(
+        self,
+        survey: Survey,
+        params: Params,
+        measure: Measure,
+        neighbours: Neighbours,
+        stand_ins: StandIns | None,
+    ) -> Flow:
+        """The pool of the survey's hits: their stand-ins, or read with an estimate's neighbours.
 
-        The fetch is planned from the lengths earlier calls read (a notch shorter than
-        typical: see ``TypicalLength.low``). Once the hits are read, the plan is made again
-        from their own lengths, exactly as where the search reads them: what it needs that
-        was not read is read then (one fetch more, rarely), and what it does not need is put
-        aside, so the windows never depend on earlier calls.
+        The estimate is planned from the lengths earlier calls read (a notch shorter than
+        typical: see ``TypicalLength.low``); what it reads beyond what the plan from the
+        hits' own lengths needs is put aside by the caller, so the windows never depend on
+        earlier calls. ``None`` where a hit is not held, or not where its id says.
         """
-        total = params.total_budget
-        assert total is not None  # noqa: S101 - strategy_for checked
-        measure = Measure(params.length_function)
+        if stand_ins is not None:
+            hits = stand_ins.hits(survey.hits)
+            if hits is None:
+                return None
+            return Pool(*by_position(hits), fused=survey.fused)
         estimate = plan_adaptive_fetch(
             survey.hits,
-            total_budget=total,
+            total_budget=params.total_budget or 0,
             mode=params.mode,
             length_function=params.length_function,
             window_budget=params.window_budget,
@@ -199,18 +154,13 @@ class Adaptive(_Budgeted):
             typical=self.lengths.low(),
             read=False,
         )
-        neighbours = Neighbours(params)
         ids = {make_chunk_id(*position): position for position in estimate}
-        pool = yield from neighbours.read_located(survey.hits, ids, params)
+        pool: Pool | None = yield from neighbours.read_located(survey.hits, ids, params)
         if pool is None:
             return None
         pool.fused = survey.fused
         self.lengths.learn(measure, pool.chunks.values())
-        needed = self.plan(pool, params, measure)  # as where the search reads the hits
-        yield from neighbours.fetch(pool, needed)  # only what the estimate missed
-        kept = {*needed, *(hit.chunk.position for hit in pool.hits)}
-        pool.chunks = {position: c for position, c in pool.chunks.items() if position in kept}
-        return documents_of(*self._select_surveyed(pool, survey, params, measure), total, params)
+        return pool
 
     def _select_surveyed(
         self, pool: Pool, survey: Survey, params: Params, measure: Measure
@@ -255,33 +205,6 @@ class Adaptive(_Budgeted):
             similarity=cosines(pool) if params.diversity > 0 else None,
             measure=measure,
         )
-
-
-def _stand_in(chunk_id: str, held: Indexed) -> Chunk | None:
-    """The chunk the index holds under ``chunk_id``, with a blank text of its length; or None."""
-    entry = held.get(chunk_id)
-    if entry is None:
-        return None
-    length, metadata = entry
-    chunk, problem = read_record(chunk_id, " " * length, metadata)
-    return chunk if problem is None else None
-
-
-def _same_shape(chunk: Chunk, stand_in: Chunk) -> bool:
-    """A chunk read is what stood in for it: the same place, offset, version and length."""
-    return (
-        chunk.position == stand_in.position
-        and chunk.start == stand_in.start
-        and chunk.version == stand_in.version
-        and len(chunk.text) == len(stand_in.text)
-    )
-
-
-def _read_window(window: Window, read: Mapping[str, Chunk]) -> Window:
-    """``window`` with the chunks read in place of their stand-ins."""
-    chunks = tuple(read[chunk.id] for chunk in window.chunks)
-    hits = tuple(replace(hit, chunk=read[hit.chunk.id]) for hit in window.hits)
-    return Window(chunks=chunks, hits=hits, text=join_texts(chunks))
 
 
 def _floor_surveyed(hits: list[Hit], floor: float | None, survey: Survey) -> list[Hit]:
