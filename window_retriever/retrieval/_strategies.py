@@ -140,6 +140,12 @@ class StaticWindows(Strategy):
         """The relevance floor dropped a hit of the last search."""
 
     def run(self, query: str, params: Params, source: CandidateSource) -> Flow:
+        """One flow: the hits, the fetch rounds that grow them, then wider if windows merged.
+
+        The hits come from the lean search where it can answer (:meth:`_lean`: ids only, the
+        planned neighbours read with them), else from the source's search, which reads them;
+        either way :meth:`_assemble` fetches and grows the windows.
+        """
         neighbours = Neighbours(params)
         fetch_k = params.fetch_k
         typical = self.lengths.typical()
