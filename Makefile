@@ -26,9 +26,9 @@ $(VENV)/.installed: pyproject.toml benchmarks/requirements-data.txt | $(PY)
 demo: $(VENV)/.demo-installed
 	$(VENV)/bin/window-retriever demo
 
-## test: lint, type-check and run the whole test suite (what CI runs)
+## test: lint, type-check and run the whole test suite (what CI runs), in two worker processes
 test: lint typecheck
-	$(PY) -m pytest
+	$(PY) -m pytest -n 2
 
 lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check .
@@ -39,7 +39,7 @@ typecheck: $(VENV)/.installed
 
 ## unit: the fast offline unit tests only
 unit: $(VENV)/.installed
-	$(PY) -m pytest tests/unit
+	$(PY) -m pytest -n 2 tests/unit
 
 ## notebook: execute examples/demo.ipynb from a clean kernel and save it with its outputs
 notebook: $(VENV)/.installed
