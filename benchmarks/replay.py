@@ -49,7 +49,7 @@ from locomo import build_store
 
 from window_retriever import ContextWindowRetriever, WindowSplitter, default_embeddings
 from window_retriever.evaluation import CountingStore
-from window_retriever.stores import ChromaWindowStore, Indexed, SearchIds
+from window_retriever.stores import ChromaWindowStore
 
 VECTOR = {"candidates": "vector", "k": 4}
 """0.2.0's defaults with a total budget, pinned so that its records still compare."""
@@ -143,10 +143,7 @@ class ReadingAll(ChromaWindowStore):
     the filter to the search (no ids from the keyword index).
     """
 
-    def indexed(self, ids: Sequence[str]) -> Indexed | None:  # noqa: D102
-        return None
-
-    def _passing(self, request: SearchIds) -> list[str] | None:
+    def held(self) -> None:  # noqa: D102
         return None
 
 

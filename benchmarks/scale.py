@@ -69,7 +69,6 @@ from window_retriever import (
 from window_retriever.evaluation import CountingStore
 from window_retriever.keywords._lifecycle import DEFAULT_CHECK_INTERVAL
 from window_retriever.stores._chroma import ChromaWindowStore
-from window_retriever.stores._protocol import SearchIds
 
 PER_FILE = 50
 TENANTS = 10
@@ -90,7 +89,7 @@ class Recorder(CountingStore):
 class WhereFiltered(ChromaWindowStore):
     """The store with Chroma applying every filter to the search: no keyword index used."""
 
-    def _passing(self, request: SearchIds) -> list[str] | None:
+    def held(self) -> None:  # noqa: D102
         return None
 
 

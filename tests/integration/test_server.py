@@ -420,13 +420,15 @@ def _indexed_store(chroma_server: str, name: str) -> Chroma:
 
 
 def _search_ids(store: Chroma, question: str, where: dict[str, Any], run: str) -> Any:
-    """``search_ids`` of 8, by the sync client or over async HTTP (``run``)."""
-    from window_retriever.stores._protocol import SearchIds
+    """The retrieval's search for 8 ids, by the sync client or over async HTTP (``run``)."""
+    from window_retriever.retrieval._candidates import search_ids
+    from window_retriever.retrieval._retriever import _arun, _run
 
-    request = SearchIds(question, 8, where)
+    adapter = ChromaWindowStore(store)
+    search = search_ids(question, 8, where, held=adapter.held)
     if run == "sync":
-        return ChromaWindowStore(store).search_ids(request)
-    return asyncio.run(ChromaWindowStore(store).asearch_ids(request))
+        return _run(search, adapter)
+    return asyncio.run(_arun(search, adapter))
 
 
 def _where_hits(store: Chroma, question: str, where: dict[str, Any], k: int) -> list[str]:

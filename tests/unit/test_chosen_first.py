@@ -25,9 +25,8 @@ from tests.unit.test_budget import (
     turns,
 )
 from window_retriever import ContextWindowRetriever, add_chunks
-from window_retriever.stores import ChromaWindowStore, Indexed
+from window_retriever.stores import ChromaWindowStore
 from window_retriever.stores._chroma_keywords import invalidate_keywords
-from window_retriever.stores._protocol import SearchIds
 
 QUESTIONS = [*TOPICS, "camping and guitar", "pottery in the garden library", "turn 12 running"]
 
@@ -36,10 +35,7 @@ class Unindexed(ChromaWindowStore):
     """The same Chroma collection, with nothing held in the process: every path reads, and
     Chroma applies the caller's filter to the search."""
 
-    def indexed(self, ids: Sequence[str]) -> Indexed | None:
-        return None
-
-    def _passing(self, request: SearchIds) -> list[str] | None:
+    def held(self) -> None:
         return None
 
 

@@ -22,9 +22,10 @@ from tests.conftest import FakeClock, StoreSpy
 from tests.unit.test_budget import TieFreeEmbeddings, distinct_conversations, split, turns
 from window_retriever import ContextWindowRetriever, add_chunks
 from window_retriever.keywords._lifecycle import COUNT_EVERY
+from window_retriever.retrieval._candidates import search_ids
+from window_retriever.retrieval._retriever import _run
 from window_retriever.stores import ChromaWindowStore
 from window_retriever.stores._chroma_keywords import invalidate_keywords, keyword_index
-from window_retriever.stores._protocol import SearchIds
 
 FILTERS: list[dict[str, Any]] = [
     {"tenant": "a"},
@@ -50,7 +51,9 @@ def _queries(spy: StoreSpy) -> list[dict[str, Any]]:
 
 
 def _search_ids(store: Chroma, question: str, where: dict[str, Any], k: int = 30) -> Any:
-    return ChromaWindowStore(store).search_ids(SearchIds(question, k, where))
+    """The retrieval's filtered search by ids: among the ids the index passes, where it can."""
+    adapter = ChromaWindowStore(store)
+    return _run(search_ids(question, k, where, held=adapter.held), adapter)
 
 
 def _chroma_where(store: Chroma, question: str, where: dict[str, Any], k: int = 30) -> Any:
@@ -122,7 +125,8 @@ def test_a_filter_only_chroma_decides_goes_to_chroma(
 ) -> None:
     keyword_index(store).search("warm", k=1)
     spy = spy_on(store)
-    ChromaWindowStore(store).search_ids(SearchIds(QUESTIONS[0], 10, where, where_document))
+    adapter = ChromaWindowStore(store)
+    _run(search_ids(QUESTIONS[0], 10, where, where_document, adapter.held), adapter)
     (arguments,) = _queries(spy)
     assert arguments["where"] == where and "ids" not in arguments
 

@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any, ClassVar
 
 from window_retriever.stores._adapters import store_adapter
 from window_retriever.stores._protocol import (
     Fetch,
     Found,
+    Held,
     IdHits,
-    Indexed,
     Search,
     SearchIds,
     Where,
@@ -48,9 +47,9 @@ class CountingStore(WindowStore):
         """As the wrapped store."""
         return self.store.keyword_search_ready()
 
-    def indexed(self, ids: Sequence[str]) -> Indexed | None:
+    def held(self) -> Held | None:
         """What the wrapped store holds in this process (not a store call: not counted)."""
-        return self.store.indexed(ids)
+        return self.store.held()
 
     def count(self) -> int:
         """The calls so far."""

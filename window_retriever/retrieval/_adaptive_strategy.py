@@ -73,8 +73,9 @@ class Adaptive(_Budgeted):
         if survey is not None:
             stand_ins = StandIns.of(survey, params)
             for known in (stand_ins, None) if stand_ins is not None else (None,):
+                neighbours = Neighbours(params, held=source.held)
                 documents: list[Document] | None = yield from self._from_survey(
-                    survey, params, known
+                    survey, params, neighbours, known
                 )
                 if documents is not None:
                     return documents
@@ -92,7 +93,9 @@ class Adaptive(_Budgeted):
             return None
         return survey
 
-    def _from_survey(self, survey: Survey, params: Params, stand_ins: StandIns | None) -> Flow:
+    def _from_survey(
+        self, survey: Survey, params: Params, neighbours: Neighbours, stand_ins: StandIns | None
+    ) -> Flow:
         """The hits, the plan, the neighbours, the selection and the check, from a survey.
 
         With ``stand_ins`` the hits and the neighbours are their stand-ins and the check reads
@@ -104,7 +107,6 @@ class Adaptive(_Budgeted):
         total = params.total_budget
         assert total is not None  # noqa: S101 - strategy_for checked
         measure = Measure(params.length_function)
-        neighbours = Neighbours(params)
         pool: Pool | None = yield from self._hits(survey, params, measure, neighbours, stand_ins)
         if pool is None:
             return None

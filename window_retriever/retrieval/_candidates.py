@@ -27,22 +27,24 @@ from window_retriever.retrieval._beside import Beside, Call
 from window_retriever.retrieval._params import Params
 from window_retriever.retrieval._pool import (
     Flow,
-    Held,
     Neighbours,
     Pool,
     Read,
     Survey,
     hits_by_id,
+    nothing_held,
     positions_of,
     to_query,
 )
 from window_retriever.retrieval._records import by_position, read_hit, read_hits, unique
 from window_retriever.stores._protocol import (
     Found,
+    Held,
     IdHits,
     Search,
     SearchIds,
     Space,
+    Where,
     WindowStore,
     in_thread,
 )
@@ -88,6 +90,11 @@ class CandidateSource(ABC):
     surveys = False
     """The source can :meth:`survey` (its store searches ids alone)."""
 
+    held: Callable[[], Held | None] = staticmethod(nothing_held)
+    """What the process holds beside the store, now (``WindowStore.held``): the keyword index
+    a filtered search by ids asks for the ids the filter passes (:func:`search_ids`), and
+    every read by id tells what it read (``Neighbours``). Set by :func:`source_for`."""
+
     def survey(self, query: str, k: int, params: Params) -> Flow:
         """Yield store requests; return a :class:`Survey` of at most ``k`` hits, or ``None``.
 
@@ -109,7 +116,7 @@ class VectorSearch(CandidateSource):
 
     def survey(self, query: str, k: int, params: Params) -> Flow:
         width = max(k, SURVEY_WIDTH)
-        found = yield SearchIds(query, width, params.filter, params.where_document)
+        found = yield from search_ids(query, width, params.filter, params.where_document, self.held)
         hits = hits_by_id(found[:k])  # the rest of the pool is measured by id, whatever its form
         if hits is None:
             return None
@@ -138,8 +145,31 @@ class VectorSearch(CandidateSource):
         Each hit's position is read from its id (``file_id:chunk_index``); ``None`` when an id
         has another form (the caller then searches the usual way).
         """
-        found = yield SearchIds(query, k, params.filter, params.where_document)
+        found = yield from search_ids(query, k, params.filter, params.where_document, self.held)
         return hits_by_id(found), len(found)
+
+
+def search_ids(
+    query: str,
+    k: int,
+    where: Where | None,
+    where_document: Where | None = None,
+    held: Callable[[], Held | None] = nothing_held,
+) -> Flow:
+    """The search for ids and distances alone; under a filter, among the ids the index passes.
+
+    Where the process holds the keyword index and ``_filters`` can decide the filter on its
+    metadata, the index names the chunks the filter passes (``Held.passing``) and the store
+    searches among them (``SearchIds.ids``) in place of its ``where``. As current as the index:
+    every chunk read is checked against the filter again (``Neighbours.read``).
+    """
+    ids: list[str] | None = None
+    index = held()
+    if index is not None and where is not None and where_document is None:
+        passing, decided = index.passing, where
+        ids = yield Call(lambda: passing(decided), lambda: in_thread(passing, decided))
+    found: IdHits = yield SearchIds(query, k, where, where_document, ids=ids)
+    return found
 
 
 def _vectors(found: Found) -> dict[str, Sequence[float]]:
@@ -177,9 +207,9 @@ class HybridSearch(CandidateSource):
     stored vectors, so every hit has its true distance to the query and ``score`` keeps its
     meaning (the minimum distance of a window's hits); each hit's ``ranks`` say which legs
     found it and where. A :meth:`survey` reads no vector: a keyword hit beyond the vector
-    leg's pool is measured at the pool's farthest distance. ``held`` (the store) comes with
-    the survey: the keyword index the keyword leg reads holds every chunk's length and
-    metadata (``WindowStore.indexed``).
+    leg's pool is measured at the pool's farthest distance. The keyword index the keyword
+    leg read comes with the survey (``Survey.held``): it holds every chunk's length and
+    metadata.
     """
 
     def __init__(
@@ -188,12 +218,10 @@ class HybridSearch(CandidateSource):
         weights: Mapping[str, float] = DEFAULT_WEIGHTS,
         *,
         locates: bool = False,
-        held: Held | None = None,
     ) -> None:
         self.keyword = keyword
         self.weights = weights
         self.surveys = locates
-        self.held = held
 
     def _fuse(self, vector: list[str], keyword: list[tuple[str, float]], k: int) -> list[Fused]:
         """The first ``k`` of the two legs' ids fused by reciprocal rank."""
@@ -204,7 +232,7 @@ class HybridSearch(CandidateSource):
         """The vector leg as ids and distances of a wider pool; its first ``k`` are fused."""
         width = max(k, SURVEY_WIDTH)
         started = yield Beside(self.keyword(query, k, params))
-        found = yield SearchIds(query, width, params.filter, params.where_document)
+        found = yield from search_ids(query, width, params.filter, params.where_document, self.held)
         keyword: list[tuple[str, float]] = yield started
         distances, bound = _survey_of(found)
         vector = list(dict.fromkeys(chunk_id for chunk_id, _ in found))[:k]
@@ -220,7 +248,7 @@ class HybridSearch(CandidateSource):
             )
             for item in fused
         ]
-        return Survey(hits, distances, bound, fused=True, held=self.held)
+        return Survey(hits, distances, bound, fused=True, held=self.held())
 
     def find(
         self, query: str, k: int, params: Params, *, embeddings: bool, defer: bool = False
@@ -236,7 +264,7 @@ class HybridSearch(CandidateSource):
         unread = [item.id for item in fused if item.id not in documents]
         positions = (positions_of(unread) if defer else None) or {}
         if unread and not positions:  # read here: the caller's fetch cannot (or may not)
-            read = yield from _read(unread, found.query_embedding, params)
+            read = yield from _read(unread, found.query_embedding, params, self.held)
             documents |= read.documents
             vectors |= read.vectors
             distances |= read.distances
@@ -295,7 +323,7 @@ class RetrieverHits(CandidateSource):
                 fused=True,
                 unread=positions,
             )
-        read = yield from _read(ids, query_vector, params)
+        read = yield from _read(ids, query_vector, params, self.held)
         hits = [
             read_hit(read.documents[chunk_id], read.distances[chunk_id], strict=params.strict)
             for chunk_id in ids
@@ -316,6 +344,12 @@ class RetrieverHits(CandidateSource):
 
 def source_for(params: Params, store: WindowStore) -> CandidateSource:
     """Where the hits come from: the store's vector search, hybrid, or another retriever."""
+    source = _source(params, store)
+    source.held = store.held
+    return source
+
+
+def _source(params: Params, store: WindowStore) -> CandidateSource:
     choice = params.candidates
     if choice is None:  # the best measured: hybrid where a budget is shared (docs/benchmarks.md)
         budgeted = params.total_budget is not None and store.supports_keyword_search
@@ -324,12 +358,7 @@ def source_for(params: Params, store: WindowStore) -> CandidateSource:
         return VectorSearch(locates=store.supports_search_ids)
     if choice == "hybrid":
         weights = {"vector": 1.0, "keyword": params.keyword_weight}
-        return HybridSearch(
-            _keyword(store),
-            weights,
-            locates=store.supports_search_ids,
-            held=store,
-        )
+        return HybridSearch(_keyword(store), weights, locates=store.supports_search_ids)
     if choice == "keyword":
         return HybridSearch(_keyword(store), {"vector": 0.0, "keyword": 1.0})
     embedder = store.embeddings
@@ -375,9 +404,14 @@ class _Measured:
     space: Space
 
 
-def _read(ids: Sequence[str], query: Sequence[float] | None, params: Params) -> Flow:
+def _read(
+    ids: Sequence[str],
+    query: Sequence[float] | None,
+    params: Params,
+    held: Callable[[], Held | None],
+) -> Flow:
     """Read hits known by id, under the caller's filters, in one fetch (a :class:`_Measured`)."""
-    read: Read = yield from Neighbours(params).read(ids, embeddings=True)
+    read: Read = yield from Neighbours(params, held=held).read(ids, embeddings=True)
     documents = {document.id or "": document for document in read.documents}
     distances = to_query(query, read.space, read.vectors, ids)
     return _Measured(documents, read.vectors, distances, read.space)

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import itertools
 from collections import deque
-from collections.abc import Generator, Iterable, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Protocol
+from typing import Any
 
 from langchain_core.documents import Document
 
@@ -23,7 +23,7 @@ from window_retriever.core._windows import Chunk, Hit, Measure, Position
 from window_retriever.retrieval._beside import Beside, Call
 from window_retriever.retrieval._params import Params
 from window_retriever.retrieval._records import add_neighbours, by_position, read_hit, unique
-from window_retriever.stores._protocol import Fetch, Indexed, Request, Space
+from window_retriever.stores._protocol import Fetch, Held, Request, Space
 
 Flow = Generator["Request | Call | Beside", Any, Any]
 """A retrieval step: a generator of requests (see ``_retriever._run``) that returns its result."""
@@ -74,11 +74,9 @@ class Pool:
         self.unread = {}
 
 
-class Held(Protocol):
-    """Chunks' lengths and metadata held in the process: ``WindowStore.indexed``."""
-
-    def indexed(self, ids: Sequence[str]) -> Indexed | None:
-        """See ``WindowStore.indexed``."""
+def nothing_held() -> Held | None:
+    """The :class:`~window_retriever.stores.Held` of a store that holds nothing beside it."""
+    return None
 
 
 @dataclass
@@ -100,9 +98,8 @@ class Survey:
     approximate index aside), and is measured at it."""
     fused: bool = False
     held: Held | None = None
-    """What the process already holds of the chunks (the keyword index's lengths and
-    metadata), or ``None``: with it, selection comes before the read
-    (``_adaptive_strategy.Adaptive``)."""
+    """The keyword index the hybrid search read (its lengths and metadata), or ``None``:
+    with it, adaptive selection chooses among stand-ins before the read (``_stand_ins``)."""
 
     def distance(self, chunk_id: str) -> float:
         """A chunk's distance to the query: its own in the pool, else the pool's bound."""
@@ -129,7 +126,14 @@ class Neighbours:
     it never joins a window.
     """
 
-    def __init__(self, params: Params, *, embeddings: bool = False) -> None:
+    def __init__(
+        self,
+        params: Params,
+        *,
+        embeddings: bool = False,
+        held: Callable[[], Held | None] = nothing_held,
+    ) -> None:
+        self.held = held
         self.predicate: Predicate | None = (
             compile_where(params.filter) if params.where_document is None else None
         )
@@ -152,8 +156,17 @@ class Neighbours:
         return None
 
     def read(self, ids: Sequence[str], *, embeddings: bool = False) -> Flow:
-        """Read ``ids`` in one fetch; return a :class:`Read` of those the filter passes."""
+        """Read ``ids`` in one fetch; return a :class:`Read` of those the filter passes.
+
+        What the process holds beside the store (the keyword index) is told what was read
+        (``Held.correct``): a chunk rewritten behind its back is then held as read.
+        """
+        held = self.held()
+        build = None if held is None else held.build()
         found = yield Fetch(list(ids), self.where, self.where_document, embeddings=embeddings)
+        if held is not None and found.documents:
+            read_now = {d.id: (len(d.page_content), d.metadata) for d in found.documents if d.id}
+            held.correct(read_now, build)
         read = Read([], {}, found.space)
         vectors = found.embeddings if embeddings else itertools.repeat(())
         for document, vector in zip(found.documents, vectors, strict=embeddings):

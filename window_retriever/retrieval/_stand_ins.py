@@ -1,7 +1,7 @@
 """Stand-ins: the chunks the keyword index holds, standing in for them until they are read.
 
 One named step of adaptive selection (``_adaptive_strategy.Adaptive``). The keyword index the
-hybrid search reads holds every chunk's text length and metadata (``WindowStore.indexed``),
+hybrid search reads holds every chunk's text length and metadata (``Held.indexed``),
 so a chunk can be measured before it is read: a stand-in is the chunk with a blank text of
 its length (the budgets measure characters) and its metadata (the caller's filter applies to
 it). Adaptive selection then selects among stand-ins and reads only the chunks it chose (about
@@ -26,9 +26,9 @@ from window_retriever.core._filters import Predicate
 from window_retriever.core._ids import make_chunk_id
 from window_retriever.core._windows import Chunk, Hit, Position, Window, join_texts
 from window_retriever.retrieval._params import Params
-from window_retriever.retrieval._pool import Flow, Held, Neighbours, Pool, Read, Survey
+from window_retriever.retrieval._pool import Flow, Neighbours, Pool, Read, Survey
 from window_retriever.retrieval._records import read_chunk, read_record
-from window_retriever.stores._protocol import Indexed
+from window_retriever.stores._protocol import Held, Indexed
 
 
 class StandIns:

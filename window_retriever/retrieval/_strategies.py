@@ -70,7 +70,9 @@ class _Budgeted(Strategy):
         )
         measure = Measure(params.length_function)
         # hits known by id only come with the neighbours, with their vectors (for distances)
-        neighbours = Neighbours(params, embeddings=self.embeddings or bool(pool.unread))
+        neighbours = Neighbours(
+            params, embeddings=self.embeddings or bool(pool.unread), held=source.held
+        )
         planned = self.plan(pool, params, measure)
         yield from neighbours.fetch(pool, [*pool.unread.values(), *planned])
         pool.settle()  # hits known by id only were read with the neighbours
@@ -146,7 +148,7 @@ class StaticWindows(Strategy):
         planned neighbours read with them), else from the source's search, which reads them;
         either way :meth:`_assemble` fetches and grows the windows.
         """
-        neighbours = Neighbours(params)
+        neighbours = Neighbours(params, held=source.held)
         fetch_k = params.fetch_k
         typical = self.lengths.typical()
         lean = isinstance(source, VectorSearch) and source.locates and typical is not None

@@ -3,7 +3,8 @@
 The public names a store's implementer needs are here: :class:`WindowStore` (and
 :class:`AsyncWindowStore` for a store that can wait without a thread), the requests the
 retriever sends (:class:`Search`, :class:`SearchIds`, :class:`Fetch`) and what comes back
-(:class:`Found`, ``IdHits``, ``Indexed``), :class:`Record` for writes, and the two stores
+(:class:`Found`, ``IdHits``), :class:`Held` with ``Indexed`` (what a process holds beside
+the store), :class:`Record` for writes, and the two stores
 the library ships (:class:`ChromaWindowStore`, :class:`MemoryWindowStore`). Beside them, the
 keyword index of a Chroma collection: :func:`keyword_index` (the process's shared
 :class:`KeywordIndex`) and :func:`invalidate_keywords` (for writers outside the library).
@@ -21,6 +22,7 @@ if TYPE_CHECKING:
         AsyncWindowStore,
         Fetch,
         Found,
+        Held,
         IdHits,
         Indexed,
         Record,
@@ -36,6 +38,7 @@ _WHERE = {
     "ChromaWindowStore": "window_retriever.stores._chroma",
     "Fetch": "window_retriever.stores._protocol",
     "Found": "window_retriever.stores._protocol",
+    "Held": "window_retriever.stores._protocol",
     "IdHits": "window_retriever.stores._protocol",
     "Indexed": "window_retriever.stores._protocol",
     "KeywordIndex": "window_retriever.keywords._index",
@@ -72,6 +75,7 @@ __all__ = [
     "ChromaWindowStore",
     "Fetch",
     "Found",
+    "Held",
     "IdHits",
     "Indexed",
     "KeywordIndex",

@@ -27,7 +27,6 @@ from window_retriever.stores._protocol import (
     Fetch,
     Found,
     IdHits,
-    Indexed,
     Record,
     Search,
     SearchIds,
@@ -79,43 +78,34 @@ class ChromaWindowStore(WindowStore, AsyncWindowStore):
         return _hits(result, vector, self.space(), request)
 
     def fetch(self, request: Fetch) -> Found:
-        """Get chunks by id in one call, filtered by Chroma (``where``, ``where_document``).
-
-        The process's keyword index, if there is one, is told what was read
-        (``KeywordIndex.correct``): a chunk rewritten behind its back is held as read.
-        """
+        """Get chunks by id in one call, filtered by Chroma (``where``, ``where_document``)."""
         if not request.ids:
             return Found(documents=[], space=self.space())
-        index = self._index()
-        build = None if index is None else index.build()
         with store_errors(self.vectorstore):
             result = self.vectorstore._collection.get(**_get_arguments(request))
-        found = _chunks(result, request.embeddings, self.space())
-        _correct(index, build, found.documents)
-        return found
+        return _chunks(result, request.embeddings, self.space())
 
     def search_ids(self, request: SearchIds) -> IdHits:
         """Search by the query's vector for ids and distances only.
 
-        Under a ``where`` the process's keyword index can decide, once the index is built,
-        Chroma searches the ids it passes (:meth:`KeywordIndex.passing`) instead of applying
-        the filter: the same hits at a fraction of the cost, since Chroma's ``where`` scans
-        (docs/benchmarks.md#chroma-reads-by-ids-against-a-where). As current as the index, so
-        every caller applies the filter to each chunk it reads (``Neighbours``).
+        Among ``request.ids`` in place of the filter where given (the ids the keyword index
+        passes): the same hits at a fraction of the cost, since Chroma's ``where`` scans
+        (docs/benchmarks.md#chroma-reads-by-ids-against-a-where). Chroma refuses ids it no
+        longer holds; the search then runs under the filter, and the index is told to stop
+        passing ids until it is built again (``KeywordIndex.distrust``).
         """
         vector = self._query_vector(request.query)
-        passing = self._passing(request)
-        if passing is not None and not passing:
+        if request.ids is not None and not request.ids:
             return []  # the filter passes no chunk
         query = self.vectorstore._collection.query
         with store_errors(self.vectorstore):
             try:
-                result = query(**_ids_query_arguments(request, vector, passing))
+                result = query(**_ids_query_arguments(request, vector, among=True))
             except Exception as error:
-                if passing is None or not _refused(error):
+                if request.ids is None or not _refused(error):
                     raise
                 self._distrust()  # an id deleted since the index was built: Chroma decides
-                result = query(**_ids_query_arguments(request, vector))
+                result = query(**_ids_query_arguments(request, vector, among=False))
         return list(zip(result["ids"][0], map(float, result["distances"][0]), strict=True))
 
     def keyword_search(
@@ -139,13 +129,13 @@ class ChromaWindowStore(WindowStore, AsyncWindowStore):
         index = self._index()
         return index is not None and index.ready()
 
-    def indexed(self, ids: Sequence[str]) -> Indexed | None:
-        """Lengths and metadata from the collection's keyword index, once it was built or loaded."""
-        if self._keyword_source is None:  # no keyword search yet: no index to ask
-            return None
-        from window_retriever.keywords._index import KeywordIndex
+    def held(self) -> KeywordIndex | None:
+        """The collection's keyword index in this process, once one was made (never makes one).
 
-        return KeywordIndex.for_source(self._keyword_source).indexed(ids)
+        A filtered search asks it for the ids the filter passes, adaptive selection chooses
+        by its lengths and metadata, and every read by id corrects it (see ``Held``).
+        """
+        return self._index()
 
     def space(self) -> Space:
         """The collection's distance space, as Chroma configures it (``"l2"`` by default)."""
@@ -177,12 +167,8 @@ class ChromaWindowStore(WindowStore, AsyncWindowStore):
             return await in_thread(self.fetch, request)
         if not request.ids:
             return Found(documents=[], space=self.space())
-        index = self._index()
-        build = None if index is None else index.build()
         result = await server.call("get", _get_arguments(request))
-        found = _chunks(result, request.embeddings, self.space())
-        _correct(index, build, found.documents)
-        return found
+        return _chunks(result, request.embeddings, self.space())
 
     async def asearch_ids(self, request: SearchIds) -> IdHits:
         """``search_ids`` over async HTTP on a server; in a thread otherwise."""
@@ -190,18 +176,15 @@ class ChromaWindowStore(WindowStore, AsyncWindowStore):
         if server is None:
             return await in_thread(self.search_ids, request)
         vector = await self._embedder().aembed_query(request.query)
-        passing = None
-        if request.where is not None and _KEYWORD_MODULE in sys.modules:
-            passing = await in_thread(self._passing, request)  # may check the fingerprint
-        if passing is not None and not passing:
+        if request.ids is not None and not request.ids:
             return []
         try:
-            result = await server.call("query", _ids_query_arguments(request, vector, passing))
+            result = await server.call("query", _ids_query_arguments(request, vector, among=True))
         except Exception as error:
-            if passing is None or not _refused(error):
+            if request.ids is None or not _refused(error):
                 raise
             self._distrust()
-            result = await server.call("query", _ids_query_arguments(request, vector))
+            result = await server.call("query", _ids_query_arguments(request, vector, among=False))
         return list(zip(result["ids"][0], map(float, result["distances"][0]), strict=True))
 
     # ---- writes ----------------------------------------------------------------------------
@@ -331,13 +314,6 @@ class ChromaWindowStore(WindowStore, AsyncWindowStore):
             self._async_server = AsyncServer.of(self.vectorstore) or False
         return self._async_server or None
 
-    def _passing(self, request: SearchIds) -> list[str] | None:
-        """The ids the keyword index passes for the request's filter, where it can say."""
-        if request.where is None or request.where_document is not None:
-            return None  # no filter, or one only Chroma decides
-        index = self._index()
-        return None if index is None else index.passing(request.where)
-
     def _index(self) -> KeywordIndex | None:
         """The process's keyword index of this collection, if one was made; never makes one."""
         if _KEYWORD_MODULE not in sys.modules:  # never imported: no index in this process
@@ -405,12 +381,6 @@ def _query_arguments(request: Search, vector: Sequence[float]) -> dict[str, Any]
     }
 
 
-def _correct(index: KeywordIndex | None, build: object | None, read: Sequence[Document]) -> None:
-    """Tell the keyword index, if there is one, what was just read (``KeywordIndex.correct``)."""
-    if index is not None and read:
-        index.correct({d.id: (len(d.page_content), d.metadata) for d in read if d.id}, build)
-
-
 def _refused(error: BaseException) -> bool:
     """Chroma refused a search by ids: it names one it no longer holds ("Error finding id")."""
     from chromadb.errors import InternalError
@@ -419,12 +389,12 @@ def _refused(error: BaseException) -> bool:
 
 
 def _ids_query_arguments(
-    request: SearchIds, vector: Sequence[float], passing: list[str] | None = None
+    request: SearchIds, vector: Sequence[float], *, among: bool
 ) -> dict[str, Any]:
-    """The query of ``request``; among the ``passing`` ids in place of its filter, if given."""
+    """The query of ``request``; ``among`` its ids in place of its filter, where it has them."""
     filters = _filters(request)
-    if passing is not None:
-        filters = {"ids": passing, "where": None, "where_document": None}
+    if among and request.ids is not None:
+        filters = {"ids": list(request.ids), "where": None, "where_document": None}
     return {
         "query_embeddings": [list(vector)],
         "n_results": request.k,

@@ -44,7 +44,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, ClassVar, Literal, TypeVar, overload
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol, TypeVar, overload
 
 from langchain_core.documents import Document
 from langchain_core.runnables.config import run_in_executor
@@ -89,6 +89,12 @@ class SearchIds:
     k: int
     where: Where | None = None
     where_document: Where | None = None
+    ids: Sequence[str] | None = None
+    """The ids ``where`` passes as far as the process knows (:meth:`Held.passing`), or
+    ``None``: a store may search among them in place of applying ``where`` (Chroma's
+    ``ids=`` costs a fraction of its ``where``), or ignore them. They may be stale: where one
+    is no longer stored, the store applies ``where`` instead, and the caller applies the
+    filter again to every chunk it reads."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,7 +140,31 @@ class Found:
 Response = Found | IdHits
 
 Indexed = Mapping[str, tuple[int, Mapping[str, Any]]]
-"""The answer of :meth:`WindowStore.indexed`: chunk id -> (text length in characters, metadata)."""
+"""Chunk id -> (text length in characters, metadata): what :meth:`Held.indexed` answers."""
+
+
+class Held(Protocol):
+    """What a process holds of a store's chunks beside the store: Chroma's keyword index.
+
+    The retrieval uses it in three named places, never beneath a store call: a filtered
+    search by ids asks it for the ids the filter passes (:attr:`SearchIds.ids`), adaptive
+    selection chooses among its lengths and metadata before it reads
+    (``retrieval/_stand_ins.py``), and every read by id tells it what was read
+    (``Neighbours.read``), so a chunk rewritten behind its back is held as read. It may be
+    stale: every chunk read is checked against the caller's filter, and against what it said.
+    """
+
+    def indexed(self, ids: Sequence[str]) -> Indexed | None:
+        """Each id's text length and metadata as held (ids not held left out); ``None`` if none."""
+
+    def passing(self, where: Mapping[str, Any]) -> list[str] | None:
+        """The ids of every chunk ``where`` passes as held, or ``None`` where it cannot say."""
+
+    def build(self) -> object | None:
+        """A token of what is held now, taken before a read and given back to :meth:`correct`."""
+
+    def correct(self, read: Indexed, build: object | None) -> None:
+        """Hold the chunks just ``read`` as read, unless what is held changed since ``build``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -199,9 +229,8 @@ class WindowStore(ABC):
     def search_ids(self, request: SearchIds) -> IdHits:
         """``(id, distance)`` pairs, best first (only if ``supports_search_ids``).
 
-        The filter may be decided on metadata the store holds in the process, as stale as
-        that copy (Chroma's keyword index: ``KeywordIndex.passing``): the retriever applies
-        the filter again to every chunk it reads, so a hit hidden since is never returned.
+        Among ``request.ids`` in place of the filter, where given and the store can (see
+        :attr:`SearchIds.ids`).
         """
         raise NotImplementedError(_lacks(self, "search_ids"))
 
@@ -225,17 +254,12 @@ class WindowStore(ABC):
         """
         return False
 
-    def indexed(self, ids: Sequence[str]) -> Indexed | None:
-        """What this process already holds of these chunks, without a call to the store.
+    def held(self) -> Held | None:
+        """What this process holds of the store's chunks beside it (:class:`Held`), or ``None``.
 
-        Each id's text length (in characters) and metadata, as an in-process index (the
-        keyword index) last read them; ids it does not hold are left out. ``None`` (the
-        default) when nothing is held. Adaptive selection then chooses before it reads and
-        reads only the chunks chosen (see ``_adaptive_strategy.Adaptive``): a stale answer never
-        brings back an old text or a chunk the caller's filter hides (each chunk read is
-        checked), but it can change which neighbours a window takes. A store that holds such
-        an index corrects it from what its own :meth:`fetch` reads, so a chunk rewritten
-        behind the index's back costs one fetch more once, not on every query.
+        ``None`` (the default): filtered searches go to the store's ``where``, and adaptive
+        windows read every chunk the selection might measure. Chroma's adapter answers its
+        collection's keyword index, once this process has one (it never makes one here).
         """
         return None
 
