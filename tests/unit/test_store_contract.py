@@ -90,6 +90,25 @@ def test_search_is_best_first_with_lower_is_better_distances(store: WindowStore)
     assert [d for _, d in ids] == pytest.approx(list(found.distances), rel=1e-4, abs=1e-6)
 
 
+@pytest.mark.parametrize(
+    ("given", "allowed"),
+    [
+        (["c"], {"c", "d"}),  # a stale list: d passes the filter but is not in it
+        (["a", "c"], {"a", "c", "d"}),  # a stale list: a no longer passes the filter
+        (["c", "gone"], {"c", "d"}),  # an id no longer stored: the filter decides
+    ],
+)
+def test_a_search_given_ids_searches_among_them_or_under_the_filter(
+    store: WindowStore, given: list[str], allowed: set[str]
+) -> None:
+    """``SearchIds.ids`` may stand in for the filter (Chroma) or be ignored (the memory
+    store): either way no other chunk comes back, and an id no longer stored is no error."""
+    write(store, *ANIMALS)
+    found = execute(store, SearchIds("the owl", k=4, where={"tenant": "y"}, ids=given))
+    assert found and {i for i, _ in found} <= allowed
+    assert [d for _, d in found] == sorted(d for _, d in found)
+
+
 def test_search_applies_both_filters(store: WindowStore) -> None:
     write(store, *ANIMALS)
     found = execute(store, Search("the owl", k=4, where={"tenant": "y"}))
