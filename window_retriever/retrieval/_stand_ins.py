@@ -1,20 +1,20 @@
 """Stand-ins: the chunks the keyword index holds, standing in for them until they are read.
 
 One named step of adaptive selection (``_adaptive_strategy.Adaptive``). The keyword index the
-hybrid search reads holds every chunk's text length and metadata (``Held.indexed``),
-so a chunk can be measured before it is read: a stand-in is the chunk with a blank text of
-its length (the budgets measure characters) and its metadata (the caller's filter applies to
-it). Adaptive selection then selects among stand-ins and reads only the chunks it chose (about
-five, where reading every chunk it might measure is nearly fifty).
+hybrid search reads holds every chunk's text length and metadata (``Held.indexed``), so a
+chunk can be measured before it is read: a stand-in is the chunk with a blank text of its
+length (the budgets measure characters) and its metadata (the caller's filter applies to it).
+Adaptive selection then selects among stand-ins and reads only the chunks it chose, not every
+chunk it might measure (docs/how-it-works.md gives the counts).
 
-The index may be stale. So every chunk chosen is read and :meth:`StandIns.check` ed against its
-stand-in (position, offset, version, length, and the filter on the metadata just read), and
-so is every planned position the index holds no chunk for, or one the filter hides (a gap:
-few, at file ends). Where one differs or a gap is filled (written since the index was
-checked), the check fails and adaptive selection reads the chunks instead. A stale index so
-never brings back an old text or a hidden chunk; a neighbour left unchosen whose length
-changed unseen is still valued at its old length. A store that holds such an index corrects
-it from what its own fetch reads, so a rewritten chunk costs one fetch more once.
+The index may be stale. So every chunk chosen is read and checked against its stand-in
+(:meth:`StandIns.check`: position, offset, version, length, and the filter on the metadata
+just read), and so is every planned position the index holds no chunk for, or one the filter
+hides (a gap: few, at file ends). Where one differs or a gap is filled (written since the
+index was checked), the check fails and adaptive selection reads the chunks instead. A stale
+index so never brings back an old text or a hidden chunk; a neighbour left unchosen whose
+length changed unseen is still valued at its old length. Every read by id tells the index
+what was read (``Neighbours.read``), so a rewritten chunk costs one fetch more once.
 """
 
 from __future__ import annotations
