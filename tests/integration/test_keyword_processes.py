@@ -295,8 +295,9 @@ def test_a_read_while_another_thread_first_imports_the_keyword_module_waits_for_
 ) -> None:
     """Found in CI: a fetch took the half-run module from ``sys.modules`` (AttributeError).
 
-    Reads now ask the store for its index (``held``) before a filtered search and each read
-    by id: that must wait for the import, as the search does.
+    The adapter's fetch no longer asks for the index; a filtered search and every read by id
+    ask the store for it (``held``), which must wait for the import: ``held`` alone, and the
+    retrieval's filtered search, sync and async.
     """
     assert run_script(HALF_LOADED, {"call": call}) == expected
 

@@ -109,6 +109,14 @@ def test_a_search_given_ids_searches_among_them_or_under_the_filter(
     assert [d for _, d in found] == sorted(d for _, d in found)
 
 
+def test_ids_given_never_stand_in_for_the_document_filter(store: WindowStore) -> None:
+    write(store, *ANIMALS)
+    request = SearchIds(
+        "the owl", k=4, where={"tenant": "y"}, where_document={"$contains": "owl"}, ids=["c", "d"]
+    )
+    assert [i for i, _ in execute(store, request)] == ["c"]
+
+
 def test_search_applies_both_filters(store: WindowStore) -> None:
     write(store, *ANIMALS)
     found = execute(store, Search("the owl", k=4, where={"tenant": "y"}))

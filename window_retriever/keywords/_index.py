@@ -202,7 +202,8 @@ class KeywordIndex(KeptIndex):
     def passing(self, where: Mapping[str, Any]) -> list[str] | None:
         """The ids of every chunk ``where`` passes, decided on the metadata this index holds.
 
-        For a filtered vector search by ids (``ChromaWindowStore.search_ids``): Chroma's
+        For a filtered vector search by ids (``retrieval._candidates.search_ids`` sends them in
+        ``SearchIds.ids``): Chroma's
         ``ids=`` costs a fraction of its ``where`` over the same chunks, for the same hits
         (docs/benchmarks.md#chroma-reads-by-ids-against-a-where). Kept per filter (the last
         :data:`_PASSING_KEPT`); the first time a filter is seen, every chunk's metadata is read

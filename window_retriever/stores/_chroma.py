@@ -394,7 +394,7 @@ def _ids_query_arguments(
     """The query of ``request``; ``among`` its ids in place of its filter, where it has them."""
     filters = _filters(request)
     if among and request.ids is not None:
-        filters = {"ids": list(request.ids), "where": None, "where_document": None}
+        filters = {**filters, "ids": list(request.ids), "where": None}
     return {
         "query_embeddings": [list(vector)],
         "n_results": request.k,

@@ -22,7 +22,10 @@ The rules every store keeps (the retriever and ingestion rely on them):
    fetch by ids as on a search. When the retriever's own evaluator cannot decide a filter it
    passes it to the fetch and relies on the store: a chunk the filter hides must never come
    back (it may be another tenant's). A store that cannot decide a filter raises
-   ``ConfigurationError``; it never ignores one.
+   ``ConfigurationError``; it never ignores one. The one exception: a :class:`SearchIds`
+   given ``ids`` (the ids ``where`` passes as far as the process knows) may search among them
+   in place of ``where``, never in place of ``where_document``; the retriever applies the
+   filter again to every chunk it reads.
 4. **Missing ids are simply absent** from a fetch or a read by ids: no error, no placeholder.
 5. **Embeddings come back when asked, and only then**: a request with ``embeddings=True`` gets
    one stored vector per document (and a search the query's vector); otherwise
@@ -91,7 +94,8 @@ class SearchIds:
     where_document: Where | None = None
     ids: Sequence[str] | None = None
     """The ids ``where`` passes as far as the process knows (:meth:`Held.passing`), or
-    ``None``: a store may search among them in place of applying ``where`` (Chroma's
+    ``None``: a store may search among them in place of applying ``where`` (never of
+    ``where_document``; Chroma's
     ``ids=`` costs a fraction of its ``where``), or ignore them. They may be stale: where one
     is no longer stored, the store applies ``where`` instead, and the caller applies the
     filter again to every chunk it reads."""
@@ -229,8 +233,9 @@ class WindowStore(ABC):
     def search_ids(self, request: SearchIds) -> IdHits:
         """``(id, distance)`` pairs, best first (only if ``supports_search_ids``).
 
-        Among ``request.ids`` in place of the filter, where given and the store can (see
-        :attr:`SearchIds.ids`).
+        Among ``request.ids`` in place of ``where``, where given and the store can (see
+        :attr:`SearchIds.ids`): those ids may be stale, and the retriever applies the filter
+        again to every chunk it reads.
         """
         raise NotImplementedError(_lacks(self, "search_ids"))
 
