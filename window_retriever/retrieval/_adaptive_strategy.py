@@ -146,16 +146,7 @@ class Adaptive(_Budgeted):
             if hits is None:
                 return None
             return Pool(*by_position(hits), fused=survey.fused)
-        estimate = plan_adaptive_fetch(
-            survey.hits,
-            total_budget=params.total_budget or 0,
-            mode=params.mode,
-            length_function=params.length_function,
-            window_budget=params.window_budget,
-            measure=measure,
-            typical=self.lengths.low(),
-            read=False,
-        )
+        estimate = _plan(survey.hits, params, measure, typical=self.lengths.low(), read=False)
         ids = {make_chunk_id(*position): position for position in estimate}
         pool: Pool | None = yield from neighbours.read_located(survey.hits, ids, params)
         if pool is None:
@@ -176,14 +167,7 @@ class Adaptive(_Budgeted):
         return self._choose(pool, values, params, measure)
 
     def plan(self, pool: Pool, params: Params, measure: Measure) -> list[Position]:
-        return plan_adaptive_fetch(
-            pool.hits,
-            total_budget=params.total_budget or 0,
-            mode=params.mode,
-            length_function=params.length_function,
-            window_budget=params.window_budget,
-            measure=measure,
-        )
+        return _plan(pool.hits, params, measure)
 
     def select(self, pool: Pool, params: Params, measure: Measure) -> tuple[list[Window], bool]:
         return self._choose(pool, relevance(pool), params, measure)
@@ -207,6 +191,27 @@ class Adaptive(_Budgeted):
             similarity=cosines(pool) if params.diversity > 0 else None,
             measure=measure,
         )
+
+
+def _plan(
+    hits: Sequence[Hit],
+    params: Params,
+    measure: Measure,
+    *,
+    typical: tuple[int, int] | None = None,
+    read: bool = True,
+) -> list[Position]:
+    """``plan_adaptive_fetch`` with the retrieval's options (``typical``, ``read``: see it)."""
+    return plan_adaptive_fetch(
+        hits,
+        total_budget=params.total_budget or 0,
+        mode=params.mode,
+        length_function=params.length_function,
+        window_budget=params.window_budget,
+        measure=measure,
+        typical=typical,
+        read=read,
+    )
 
 
 def _floor_surveyed(hits: list[Hit], floor: float | None, survey: Survey) -> list[Hit]:
