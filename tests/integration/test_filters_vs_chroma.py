@@ -1,26 +1,60 @@
 """Differential test: the Python filter evaluator must answer exactly as Chroma does.
 
 Random filters run against one real Chroma collection whose records cover every kind of
-value (ints, floats, bools, strings, lists, missing keys); the evaluator must select the same
-ids, and must refuse (return None) exactly the filters Chroma rejects.
+value (ints, floats, bools, strings, lists, missing keys), numbers at the edges of Chroma's
+types included (around 2**53 and the 64-bit range, floats Chroma reads one unit in the last
+place off); the evaluator must select the same ids, and must refuse (return None) exactly the
+filters Chroma rejects. The two callers that decide filters in Python are held to Chroma's own
+``get(where=...)`` the same way: the keyword index (its searches and the ids it passes) and the
+retriever's neighbours, fetched by id and filtered here.
 """
 
 from __future__ import annotations
 
 import itertools
+import math
 import uuid
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import chromadb
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from langchain_chroma import Chroma
+from langchain_core.callbacks import CallbackManagerForRetrieverRun
+from langchain_core.documents import Document
+from langchain_core.embeddings import DeterministicFakeEmbedding
+from langchain_core.retrievers import BaseRetriever
 
 from tests.conftest import drop_collection
+from window_retriever import ContextWindowRetriever
 from window_retriever.core._filters import KNOWN_OPERATORS, check_where, compile_where
+from window_retriever.stores import keyword_index
 
-INTS = [-2, -1, 0, 1, 2]
-FLOATS = [-1.5, -0.5, 0.0, 0.5, 1.0, 1.5, 2.0]
+# Numbers where Chroma's int and float meet: 2**53 (the last int every float holds), the ends
+# of the 64-bit ints, floats at and past them, fractions next to big ints, and floats Chroma
+# reads one unit in the last place off what was written (0.9888481166708001 is read
+# 0.9888481166708, 2.0**63 - 1024 is read 2.0**63).
+EDGE_INTS = [2**53 - 1, 2**53, 2**53 + 1, 2**63 - 1, -(2**63), -(2**53) - 1]
+EDGE_FLOATS = [
+    2.0**53,
+    2.0**53 + 2,
+    9007199254740991.0,
+    4503599627370495.5,
+    9.2e18,
+    9.3e18,
+    1e19,
+    -1e19,
+    2.0**63,
+    -(2.0**63),
+    2.0**63 - 1024,
+    2.0**64,
+    0.9888481166708001,
+    0.39784669626223723,
+]
+INTS = [-2, -1, 0, 1, 2, *EDGE_INTS]
+FLOATS = [-1.5, -0.5, 0.0, 0.5, 1.0, 1.5, 2.0, *EDGE_FLOATS]
 STRS = ["", "0", "1", "a", "b"]
 BOOLS = [True, False]
 LISTS: list[list[Any]] = [[1, 2], ["a", "b"], [True]]
@@ -52,15 +86,41 @@ def collection() -> Any:
     drop_collection(client, col.name)  # its lists must not outlive it (see drop_collection)
 
 
-scalars = st.sampled_from([*INTS, *FLOATS, *STRS, *BOOLS])
-numbers = st.sampled_from([*INTS, *FLOATS])
+@pytest.fixture(scope="module")
+def stored(collection: Any) -> dict[str, Any]:
+    """Each record's metadata as Chroma returns it, which is what the library decides on.
+
+    Not always what was written: Chroma reads a float it stores as it reads one in a filter.
+    """
+    got = collection.get(include=["metadatas"])
+    return dict(zip(got["ids"], got["metadatas"], strict=True))
+
+
+def test_chroma_stores_some_floats_one_unit_off(stored: dict[str, Any]) -> None:
+    """Why ``stored`` matters: evaluated on the metadata written, the test would be wrong."""
+    assert stored[str(RECORDS.index({"a": 0.9888481166708001}))] == {"a": 0.9888481166708}
+    assert stored[str(RECORDS.index({"a": 2.0**63 - 1024}))] == {"a": 2.0**63}
+
+
+def _one_unit_off(number: float, up: bool) -> float:
+    return math.nextafter(number, math.inf if up else -math.inf)
+
+
+ints = st.one_of(st.sampled_from(INTS), st.integers(-(2**63), 2**63 - 1))
+floats = st.one_of(
+    st.sampled_from(FLOATS),
+    st.builds(_one_unit_off, st.sampled_from(FLOATS), st.booleans()),
+    st.floats(allow_nan=False, allow_infinity=False),
+)
+numbers = st.one_of(ints, floats)
+scalars = st.one_of(numbers, st.sampled_from([*STRS, *BOOLS]))
 keys = st.sampled_from(["a", "b"])
 
 
 def _leaf() -> st.SearchStrategy[dict[str, Any]]:
     same_type_lists = st.one_of(
-        st.lists(st.sampled_from(INTS), min_size=1, max_size=3),
-        st.lists(st.sampled_from(FLOATS), min_size=1, max_size=3),
+        st.lists(ints, min_size=1, max_size=3),
+        st.lists(floats, min_size=1, max_size=3),
         st.lists(st.sampled_from(STRS), min_size=1, max_size=3),
         st.lists(st.sampled_from(BOOLS), min_size=1, max_size=2),
     )
@@ -91,18 +151,107 @@ filters = st.recursive(
 
 
 @settings(
-    max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=400, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
 @given(where=filters)
 def test_evaluator_selects_exactly_what_chroma_selects(
-    collection: Any, where: dict[str, Any]
+    collection: Any, stored: dict[str, Any], where: dict[str, Any]
 ) -> None:
     predicate = compile_where(where)
     assert predicate is not None, f"valid filter refused: {where}"
     check_where(where)  # the shape check never refuses what Chroma accepts
     expected = set(collection.get(where=where, include=[])["ids"])
-    actual = {str(i) for i, record in enumerate(RECORDS) if predicate(record)}
+    actual = {i for i, metadata in stored.items() if predicate(metadata)}
     assert actual == expected, where
+
+
+class _Anchors(BaseRetriever):
+    """Hits that need no search: every anchor chunk, whatever the query."""
+
+    anchors: list[Document]
+
+    def _get_relevant_documents(
+        self, query: str, *, run_manager: CallbackManagerForRetrieverRun
+    ) -> list[Document]:
+        return self.anchors
+
+
+@pytest.fixture(scope="module")
+def langchain_store() -> Iterator[Chroma]:
+    """One file per record: an anchor chunk (chunk 0, ``anchor=True``), then the record's chunk.
+
+    Every text holds the word ``zebra``, so a keyword search for it ranks every chunk.
+    """
+    client = chromadb.EphemeralClient()
+    store = Chroma(
+        collection_name=f"filters-paths-{uuid.uuid4().hex[:8]}",
+        embedding_function=DeterministicFakeEmbedding(size=4),
+        client=client,
+    )
+    chunks = []
+    for number, record in enumerate(RECORDS):
+        anchor = f"anchor zebra {number}."
+        for index, (text, metadata) in enumerate(
+            [(anchor, {"anchor": True}), (f"value zebra {number}.", record)]
+        ):
+            chunk_id = f"f{number}:{index}"
+            stamps = {"file_id": f"f{number}", "chunk_index": index, "chunk_id": chunk_id}
+            start = {"start_index": (len(anchor) + 1) * index}
+            chunks.append(Document(text, metadata={**metadata, **stamps, **start}))
+    store.add_documents(chunks, ids=[chunk.metadata["chunk_id"] for chunk in chunks])
+    yield store
+    drop_collection(client, store._collection.name)
+
+
+def _chroma_passes(store: Chroma, where: dict[str, Any]) -> set[str]:
+    return set(store._collection.get(where=where, include=[])["ids"])
+
+
+@settings(
+    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(where=filters)
+def test_the_keyword_index_passes_exactly_what_chroma_passes(
+    langchain_store: Chroma, where: dict[str, Any]
+) -> None:
+    """Its masks decide each value of a key once (``keywords/_rows.py``): the same answers."""
+    expected = _chroma_passes(langchain_store, where)
+    index = keyword_index(langchain_store)
+    found = index.search("zebra", k=2 * len(RECORDS), where=where)
+    assert {chunk_id for chunk_id, _ in found} == expected, where
+    passing = index.passing(where)
+    assert passing is not None
+    assert set(passing) == expected, where
+
+
+def _chunk_ids(documents: Sequence[Any]) -> set[str]:
+    return {chunk_id for document in documents for chunk_id in document.metadata["chunk_ids"]}
+
+
+@settings(
+    max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(where=filters)
+def test_the_retriever_takes_exactly_the_neighbours_chroma_passes(
+    langchain_store: Chroma, where: dict[str, Any]
+) -> None:
+    """Every anchor is a hit; its record's chunk, a neighbour read by id and filtered in
+    Python, must join its window exactly when Chroma's ``where`` passes it."""
+    anchors = [
+        Document(f"anchor zebra {number}.", metadata={"chunk_id": f"f{number}:0"})
+        for number in range(len(RECORDS))
+    ]
+    anchored = {"$or": [{"anchor": True}, where]}
+    retriever = ContextWindowRetriever(
+        vectorstore=langchain_store,
+        candidates=_Anchors(anchors=anchors),
+        k=len(RECORDS),
+        window_budget=100,
+        mode="next",
+    )
+    documents = retriever.invoke("zebra", filter=anchored)
+    assert len(documents) == len(RECORDS)
+    assert _chunk_ids(documents) == _chroma_passes(langchain_store, anchored), where
 
 
 INVALID: list[dict[str, Any]] = [

@@ -9,10 +9,19 @@ metadata and filters through Chroma and through :func:`compile_where` and requir
 answers. The semantics below are Chroma 1.5's, quirks included:
 
 - Types are strict: the int ``0`` does not equal the string ``"0"``, and ``True`` is not ``1``.
-- Ints and floats compare as numbers, except that a float operand compared with an int value
-  is first truncated toward zero (``{"a": {"$gte": 0.5}}`` matches ``a=0``).
+- Ints and floats compare as numbers, the way Chroma's SQL does it: an operand becomes one
+  int, for the int values, and one float, for the float values, and each comparison is exact.
+  An int operand is itself for int values and the nearest float for float values (``2**53 + 1``
+  is ``2.0**53``). A float operand is first read as Chroma reads it (:func:`as_chroma_reads`: a
+  float in ten is read one unit in the last place off) and, for int values, truncated toward
+  zero and clamped to the 64-bit ints (``{"a": {"$gte": 0.5}}`` matches ``a=0``,
+  ``{"a": {"$lt": 9.3e18}}`` does not match ``a=2**63 - 1``).
 - A missing key, or a list value, never matches ``$eq``, ``$in`` or a comparison, and always
   matches ``$ne`` and ``$nin``.
+
+Chroma reads a float it stores the same way, so what it returns may differ from what was
+written (``0.9888481166708001`` comes back ``0.9888481166708``): a predicate decides the
+metadata *as read from Chroma*, as the library's callers hold it.
 
 Anything outside that language (``$contains``, a malformed filter, mixed-type ``$in`` lists,
 comparisons of strings) is *undecidable* here: :func:`compile_where` returns ``None`` and the
@@ -22,15 +31,21 @@ caller must let the store apply the filter itself.
 from __future__ import annotations
 
 import math
+import operator as _operator
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 Predicate = Callable[[Mapping[str, Any]], bool]
 
-_COMPARISONS = {"$gt", "$gte", "$lt", "$lte"}
+_ORDERS: dict[str, Callable[[Any, Any], bool]] = {
+    "$gt": _operator.gt,
+    "$gte": _operator.ge,
+    "$lt": _operator.lt,
+    "$lte": _operator.le,
+}
+_COMPARISONS = set(_ORDERS)
 _OPERATORS = {"$eq", "$ne", "$in", "$nin"} | _COMPARISONS
-_MISSING = object()
 
 
 # Every metadata operator Chroma 1.5 knows; $contains / $not_contains test list values.
@@ -227,29 +242,106 @@ def _compile(node: Any) -> Tree:
 def _leaf(key: str, operator: Any, operand: Any) -> Predicate:
     if operator not in _OPERATORS:
         raise _UndecidableError
-    if operator in ("$in", "$nin"):
-        operands = _check_list(operand)
-        if _kind(operands[0]) == "str":  # the common case (tenants, sources), without _equal
-            strings = frozenset(operands)
-            if operator == "$in":
-                return lambda metadata: _string_in(metadata.get(key), strings)
-            return lambda metadata: not _string_in(metadata.get(key), strings)
-        if operator == "$in":
-            return lambda metadata: any(_equal(metadata.get(key, _MISSING), o) for o in operands)
-        return lambda metadata: not any(_equal(metadata.get(key, _MISSING), o) for o in operands)
     if operator in _COMPARISONS:
         if _kind(operand) not in ("int", "float"):
             raise _UndecidableError
         _check_scalar(operand)
-        return lambda metadata: _compare(operator, metadata.get(key, _MISSING), operand)
-    _check_scalar(operand)
-    if _kind(operand) == "str":  # as _equal decides it: equal strings only
-        if operator == "$eq":
-            return lambda metadata: _string_is(metadata.get(key), operand)
-        return lambda metadata: not _string_is(metadata.get(key), operand)
-    if operator == "$eq":
-        return lambda metadata: _equal(metadata.get(key, _MISSING), operand)
-    return lambda metadata: not _equal(metadata.get(key, _MISSING), operand)
+        test = _ordered(_ORDERS[operator], _number(operand))
+        return lambda metadata: test(metadata.get(key))
+    if operator in ("$in", "$nin"):
+        operands = _check_list(operand)
+    else:
+        _check_scalar(operand)
+        operands = [operand]
+    equal = _equality(operands)
+    if operator in ("$eq", "$in"):
+        return lambda metadata: equal(metadata.get(key))
+    return lambda metadata: not equal(metadata.get(key))
+
+
+@dataclass(frozen=True, slots=True)
+class _Number:
+    """A number operand as Chroma compares it: ``whole`` with int values, ``real`` with floats."""
+
+    whole: int
+    real: float
+
+
+def _number(operand: int | float) -> _Number:
+    """Chroma's two forms of an operand (``sqlite_metadata.rs``, Rust's ``as`` casts).
+
+    An int ``i`` is ``(i, i as f64)``: the nearest float, ties to even, as Python's
+    ``float(i)``. A float is read first (:func:`as_chroma_reads`), then ``(f as i64, f)``:
+    truncated toward zero and clamped to the 64-bit ints.
+    """
+    if _kind(operand) == "int":
+        return _Number(int(operand), float(operand))
+    real = as_chroma_reads(float(operand))
+    return _Number(min(max(math.trunc(real), -(2**63)), 2**63 - 1), real)
+
+
+def _equality(operands: list[Any]) -> Callable[[Any], bool]:
+    """Whether a metadata value equals one of ``operands`` (all of one kind) as Chroma decides."""
+    kind = _kind(operands[0])
+    if kind in ("int", "float"):
+        numbers = [_number(operand) for operand in operands]
+        wholes = frozenset(number.whole for number in numbers)
+        reals = frozenset(number.real for number in numbers)
+
+        def equal(value: Any) -> bool:
+            value_kind = _kind(value)  # by kind: True == 1 in Python, not in Chroma
+            if value_kind == "int":
+                return value in wholes
+            return value_kind == "float" and value in reals
+
+        return equal
+    same = frozenset(operands)
+    if kind == "str":  # the common case (tenants, sources)
+        return lambda value: isinstance(value, str) and value in same
+    return lambda value: isinstance(value, bool) and value in same
+
+
+def _ordered(order: Callable[[Any, Any], bool], number: _Number) -> Callable[[Any], bool]:
+    """Whether a metadata value stands in ``order`` to ``number`` as Chroma decides."""
+
+    def test(value: Any) -> bool:
+        kind = _kind(value)
+        if kind == "int":
+            return order(value, number.whole)
+        return kind == "float" and order(value, number.real)
+
+    return test
+
+
+_POWERS_OF_TEN = tuple(float(f"1e{power}") for power in range(309))
+
+
+def as_chroma_reads(number: float) -> float:
+    """The float Chroma 1.5.9 compares when a filter holds ``number``.
+
+    The Python client writes the shortest repr (``json.dumps``; over HTTP ``orjson``, whose
+    digits are the same) and Chroma reads it with serde_json's fast parse (built without
+    ``float_roundtrip``): the digits as one integer, rounded to a float, then multiplied or
+    divided by one power of ten, rounded again. Two roundings: for about one float in ten
+    the result is one unit in the last place off (``0.9888481166708001`` is read
+    ``0.9888481166708``, ``2.0**63 - 1024`` is read ``2.0**63``). Reproduced here step by step,
+    with the same IEEE operations. A float metadata value is read so when it is stored (twice
+    on a server: from the request, then from its log).
+    """
+    text = float.__repr__(abs(number))
+    mantissa, _, exponent = text.partition("e")
+    whole, _, fraction = mantissa.partition(".")
+    # at most 17 significant digits and a trailing "0": never the u64 overflow serde handles
+    read = float(int(whole + fraction))
+    power = int(exponent or 0) - len(fraction)
+    while power < -308 and read:  # beyond serde's table of powers: by 1e308 first
+        read /= 1e308
+        power += 308
+    if power >= 0:  # at most 292: the largest floats are read finite (checked to the top)
+        read *= _POWERS_OF_TEN[power]
+    elif power >= -308:
+        read /= _POWERS_OF_TEN[-power]
+    return math.copysign(read, number)
 
 
 def _kind(value: Any) -> str:
@@ -285,35 +377,3 @@ def _check_list(operand: Any) -> list[Any]:
     for item in operand:
         _check_scalar(item)
     return list(operand)
-
-
-def _string_is(value: Any, operand: str) -> bool:
-    return isinstance(value, str) and value == operand
-
-
-def _string_in(value: Any, operands: frozenset[str]) -> bool:
-    return isinstance(value, str) and value in operands
-
-
-def _equal(value: Any, operand: Any) -> bool:
-    kind, operand_kind = _kind(value), _kind(operand)
-    if kind == "int" and operand_kind == "float":
-        return bool(value == math.trunc(operand))
-    if kind == "float" and operand_kind == "int":
-        return bool(value == operand)
-    return kind == operand_kind and kind != "other" and bool(value == operand)
-
-
-def _compare(operator: str, value: Any, operand: Any) -> bool:
-    kind = _kind(value)
-    if kind not in ("int", "float"):
-        return False
-    if kind == "int" and _kind(operand) == "float":
-        operand = math.trunc(operand)
-    if operator == "$gt":
-        return bool(value > operand)
-    if operator == "$gte":
-        return bool(value >= operand)
-    if operator == "$lt":
-        return bool(value < operand)
-    return bool(value <= operand)
