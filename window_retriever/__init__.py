@@ -37,7 +37,7 @@ if TYPE_CHECKING:  # what the names are; at run time each is imported on first u
     from window_retriever.plotting import plot_window_map
     from window_retriever.retrieval._retriever import ContextWindowRetriever
     from window_retriever.stores._chroma import ChromaWindowStore
-    from window_retriever.stores._chroma_keywords import invalidate_keywords
+    from window_retriever.stores._chroma_keywords import invalidate_keywords, reindex_keywords
     from window_retriever.stores._memory import MemoryWindowStore
     from window_retriever.stores._open import open_store
     from window_retriever.stores._protocol import (
@@ -86,6 +86,7 @@ _WHERE = {
     "plot_window_map": "window_retriever.plotting",
     "plotting": "window_retriever.plotting",
     "read_questions": "window_retriever.evaluation",
+    "reindex_keywords": "window_retriever.stores._chroma_keywords",
     "sync_file": "window_retriever.ingestion._write",
 }
 """Where each public name lives: ``import window_retriever`` imports none of them (the command
@@ -146,5 +147,6 @@ __all__ = [  # noqa: RUF022 - sorted as Python sorts (a test checks it), not iso
     "plot_window_map",
     "plotting",
     "read_questions",
+    "reindex_keywords",
     "sync_file",
 ]

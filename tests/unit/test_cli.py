@@ -36,7 +36,7 @@ def fails(argv: list[str], capsys: pytest.CaptureFixture[str], status: int = 2) 
 def test_every_command_has_help_and_is_in_the_cli_reference(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    assert set(commands()) == {"ingest", "query", "eval", "demo"}
+    assert set(commands()) == {"ingest", "query", "reindex", "eval", "demo"}
     for name, parser in commands().items():
         assert parser.description
         with pytest.raises(SystemExit) as exit_:
@@ -426,3 +426,29 @@ def test_a_relative_db_means_the_directory_it_names_from_each_working_directory(
         assert main(["ingest", "n.txt", "--db", "db"]) == 0
         assert (folder / "db" / "chroma.sqlite3").is_file(), name
     capsys.readouterr()
+
+
+def test_reindex_finds_an_outside_rewrite_and_refuses_a_missing_store(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import chromadb
+
+    from window_retriever.keywords._index import KeywordIndex
+
+    db = tmp_path / "db"
+    assert main(["ingest", str(_note(tmp_path)), "--db", str(db)]) == 0
+    assert main(["reindex", "--db", str(db)]) == 0
+    assert capsys.readouterr().out.endswith(
+        "reindexed 'documents': the keyword index holds all 1 chunks as stored\n"
+    )
+    collection = chromadb.PersistentClient(path=str(db)).get_collection("documents")
+    (chunk_id,) = collection.get()["ids"]
+    collection.update(ids=[chunk_id], documents=["A note about wasps."], embeddings=[[0.0] * 384])
+    KeywordIndex._shared.clear()  # a new process
+
+    assert main(["reindex", "--db", str(db)]) == 0
+
+    assert "1 of 1 chunks differed from the keyword index" in capsys.readouterr().out
+    line = fails(["reindex", "--db", str(tmp_path / "none")], capsys)
+    assert line.startswith(f"window-retriever: error: no store at {tmp_path / 'none'}/")
+    assert not (tmp_path / "none").exists()

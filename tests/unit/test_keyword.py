@@ -764,11 +764,18 @@ class ListSource:
         self.calls.append("generation")
         return "list", str(self.token)
 
-    def bump_generation(self, changed: Any = None) -> None:
+    def intend(self, ids: Any) -> str | None:
+        self.token += 1
+        return None  # no feed: nothing pending to follow
+
+    def bump_generation(self, changed: Any = None, completes: Any = ()) -> None:
         self.token += 1
 
     def changes(self, since: str, until: str) -> set[str] | None:
         return None  # no feed: every change is a rebuild
+
+    def pending(self) -> dict[str, tuple[float, frozenset[str]]]:
+        return {}
 
     def records(self, ids: Sequence[str]) -> tuple[list[str], list[str], list[Mapping[str, Any]]]:
         found = [i for i in ids if i in self.records]

@@ -176,7 +176,7 @@ def test_entries_past_the_retention_are_pruned_and_a_reader_behind_them_rebuilds
     index.search("window", k=3)
     add_chunks(store, WindowSplitter().split_documents([page(rng, "a")]))
     feed = store._client.get_collection(FEED_PREFIX + str(store._collection.id))
-    assert feed.count() == 2
+    assert feed.count() == 4  # each write: its pending entry, then the one that completes it
     later = chroma_module.time.time() + chroma_module.FEED_SECONDS + 60
     monkeypatch.setattr(chroma_module.time, "time", lambda: later)
     KeywordIndex._shared.clear()  # a reader that saw the first write only ...
@@ -184,7 +184,7 @@ def test_entries_past_the_retention_are_pruned_and_a_reader_behind_them_rebuilds
     behind.search("window", k=3)
     KeywordIndex._shared.clear()
     add_chunks(store, WindowSplitter().split_documents([page(rng, "b")]))  # ... a week ago
-    assert feed.count() == 1  # the two older entries pruned
+    assert feed.count() == 2  # the four older entries pruned
     KeywordIndex._shared.clear()
 
     reader = keyword_index(store)
@@ -197,8 +197,9 @@ def test_entries_past_the_retention_are_pruned_and_a_reader_behind_them_rebuilds
     assert first is not None and source.changes(first, source.generation()[1] or "") is None
 
 
-def test_two_writes_after_one_token_are_a_gap(make_store: Callable[..., Chroma]) -> None:
-    """Two writers that read the same token before storing theirs: no chain to follow."""
+def test_two_writes_after_one_token_are_both_read_again(make_store: Callable[..., Chroma]) -> None:
+    """Two writers that read the same token before storing theirs: the token kept is one
+    writer's, the other's write was made all the same, so a reader reads both again."""
     store = make_store()
     store.add_texts(["window budget"], ids=["a"])
     source = ChromaKeywordSource(store)
@@ -206,7 +207,10 @@ def test_two_writes_after_one_token_are_a_gap(make_store: Callable[..., Chroma])
     _, start = source.generation()
     assert start is not None
     collection = store._client.get_collection(store._collection.name)
-    source._record(collection, start, "writer-one", {"a"})
-    source._record(collection, start, "writer-two", {"b"})
-    assert source.changes(start, "writer-one") is None
-    assert source.changes(start, start) == set()
+    source._record(collection, "writer-one", chroma_module._Entry(start, {"a"}, False, ()))
+    source._record(collection, "writer-two", chroma_module._Entry(start, {"b"}, False, ()))
+    source._record(collection, "after-two", chroma_module._Entry("writer-two", {"c"}, False, ()))
+    assert source.changes(start, "writer-one") == {"a", "b", "c"}
+    assert source.changes(start, "after-two") == {"a", "b", "c"}
+    assert source.changes("writer-two", "after-two") == {"c"}
+    assert source.changes(start, "never-written") is None

@@ -203,9 +203,11 @@ def test_each_operation_invalidates_once_and_only_when_it_wrote(
     calls: list[str] = []
     original = KeywordIndex.invalidate.__func__  # type: ignore[attr-defined]
 
-    def counted(cls: type[KeywordIndex], source: ChromaKeywordSource, changed: Any = None) -> None:
+    def counted(
+        cls: type[KeywordIndex], source: ChromaKeywordSource, changed: Any = None, **told: Any
+    ) -> None:
         calls.append(source.name)
-        original(cls, source, changed)
+        original(cls, source, changed, **told)
 
     monkeypatch.setattr(KeywordIndex, "invalidate", classmethod(counted))
     store = make_store()

@@ -181,6 +181,25 @@ def run_query(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def run_reindex(args: argparse.Namespace) -> int:
+    from window_retriever.stores._chroma_keywords import keyword_index
+
+    with _opened_for_writing(args, create=False) as store:
+        index = keyword_index(store, reconcile_interval=math.inf)
+        differing = index.reconcile()
+        total = len(index)
+    if differing:
+        print(
+            f"reindexed {args.collection!r}: {len(differing):,} of {total:,} chunks differed "
+            "from the keyword index; every process reads them again at its next check"
+        )
+    else:
+        print(
+            f"reindexed {args.collection!r}: the keyword index holds all {total:,} chunks as stored"
+        )
+    return EXIT_OK
+
+
 def run_eval(args: argparse.Namespace) -> int:
     from window_retriever._embeddings import default_embeddings
     from window_retriever.evaluation import (
@@ -415,16 +434,19 @@ def _parse_metadata(pairs: Sequence[str]) -> dict[str, str]:
 
 
 @contextmanager
-def _opened_for_writing(args: argparse.Namespace) -> Iterator[Any]:
-    """Open the store for an ingest: an embedded store is locked against other writers."""
+def _opened_for_writing(args: argparse.Namespace, *, create: bool = True) -> Iterator[Any]:
+    """Open the store for a write: an embedded store is locked against other writers."""
     from window_retriever.cli._lock import writer_lock
 
     directory, _ = _location(args)
     if directory is None:  # a server orders its writers itself
-        yield _store(args, create=True)
+        yield _store(args, create=create)
+        return
+    if not create and not directory.is_dir():  # no lock file left where nothing is
+        yield _store(args, create=False)
         return
     with writer_lock(directory, wait=args.wait):
-        yield _store(args, create=True)
+        yield _store(args, create=create)
 
 
 def _open_for_reading(args: argparse.Namespace) -> Any:

@@ -28,6 +28,7 @@ from window_retriever.cli._commands import (
     run_eval,
     run_ingest,
     run_query,
+    run_reindex,
     said,
 )
 from window_retriever.cli._interrupt import INTERRUPTED
@@ -195,6 +196,24 @@ def build_parser() -> argparse.ArgumentParser:
     )
     query.add_argument("--json", action="store_true", help="print machine-readable JSON")
     query.set_defaults(run=run_query)
+
+    reindex = commands.add_parser(
+        "reindex",
+        help="bring the keyword index in line with the collection after outside writes",
+        description=(
+            "Compare every chunk of the collection with its keyword index and have every "
+            "process read again those that differ: for writes made around window_retriever "
+            "(a bare collection.update, a restore from a backup). Without it, each process "
+            "finds them within its reconcile interval (10 minutes by default)."
+        ),
+    )
+    _store_arguments(reindex)
+    reindex.add_argument(
+        "--wait",
+        action="store_true",
+        help="wait for another writer of the same --db instead of stopping",
+    )
+    reindex.set_defaults(run=run_reindex)
 
     evaluate = commands.add_parser(
         "eval",

@@ -18,19 +18,19 @@ import time
 import uuid
 import zlib
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from window_retriever.keywords._rows import Rows, RowsBuilder
+from window_retriever.keywords._rows import Rows, RowsBuilder, digest
 
 logger = logging.getLogger("window_retriever.keywords._index")
 
-FORMAT = 4
+FORMAT = 5
 """The saved index's layout; another value (or other tokenizer settings) means rebuild (4: the
-rows as arrays, ``keywords._rows``)."""
+rows as arrays, ``keywords._rows``; 5: each row's digest, and the writes not yet settled)."""
 
 TOKENIZER = {"stopwords": "en", "stemmer": "english", "lower": True, "pattern": r"(?u)\b\w\w+\b"}
 ENGINE = {"name": "tantivy", "version": "0.27", "k1": 1.2, "b": 0.75}
@@ -48,6 +48,12 @@ class Fingerprint:
         return {"collection_id": self.collection_id, "count": self.count, "gen": self.generation}
 
 
+Unsettled = Mapping[str, tuple[float, frozenset[str]]]
+"""Writes begun but not yet finished when a state was read: each one's token -> (when it was
+recorded, the ids it writes). Their records are read again until they settle
+(docs/how-it-works.md#how-the-index-learns-that-the-collection-changed)."""
+
+
 @dataclass(frozen=True, slots=True)
 class Built:
     """One state of the collection, indexed: its rows in id order and the engine over them."""
@@ -55,6 +61,7 @@ class Built:
     fingerprint: Fingerprint
     rows: Rows
     engine: Engine | None  # over the rows that hold at least one word; None if none does
+    unsettled: Unsettled = field(default_factory=dict)
 
 
 # ---- the words of a text ---------------------------------------------------------------------
@@ -128,7 +135,11 @@ class Engine:
         return builder.build()
 
     def top(self, stems: list[str], k: int, mask: np.ndarray | None) -> list[tuple[int, float]]:
-        """The ``k`` best rows (``mask`` passes, if given) and their scores; ties by row."""
+        """The ``k`` best rows (``mask`` passes, if given) and their scores; ties by row.
+
+        Tantivy allocates for the hits it is asked for, so it is never asked for more than
+        the documents it holds: any ``k`` costs what the index holds at most.
+        """
         tantivy = _tantivy()
         schema, should = self.index.schema, tantivy.Occur.Should
         clauses = [(should, tantivy.Query.term_query(schema, "words", stem)) for stem in stems]
@@ -143,9 +154,12 @@ class Engine:
                 [(tantivy.Occur.Must, query), (tantivy.Occur.Must, within)]
             )
             mask = None
-        limit = k + 8
+        held = int(self.searcher.num_docs)
+        if held == 0:
+            return []
+        limit = min(k + 8, held)
         if mask is not None and passing is not None:
-            limit = int(limit * len(mask) / passing * 1.5)
+            limit = min(int(limit * len(mask) / passing * 1.5), held)
         while True:
             found = self.searcher.search(query, limit, count=False).hits
             rows = self.searcher.fast_field_values("row", [address for _, address in found])
@@ -155,16 +169,28 @@ class Engine:
             )
             if mask is not None:
                 hits = [hit for hit in hits if mask[hit[0]]]
-            if len(found) < limit:  # every matching row was seen
+            if len(found) < limit or limit == held:  # every matching row was seen
                 return hits[:k]
             if len(hits) > k and hits[k - 1][1] > found[-1][0]:
                 return hits[:k]  # no row past the limit can tie or beat the k-th
-            limit *= _GROWTH
+            limit = min(limit * _GROWTH, held)
 
 
 def engine_failed(error: BaseException) -> bool:
     """Whether tantivy failed: its errors, and pyo3's ``PanicException`` (a ``BaseException``)."""
     return isinstance(error, ValueError | OSError) or type(error).__name__ == "PanicException"
+
+
+def rows_damaged(error: BaseException) -> bool:
+    """Whether reading the saved rows failed: a file of theirs rewritten since it was loaded.
+
+    The rows are mapped from their files (``keywords._rows``), checked only when loaded: a
+    file overwritten under a process that holds it (``cp backup/* index/``) gives an id that is
+    not UTF-8, metadata that is not a JSON object, a column code past its values.
+    """
+    import orjson
+
+    return isinstance(error, UnicodeDecodeError | orjson.JSONDecodeError | IndexError)
 
 
 def index_records(
@@ -186,16 +212,23 @@ def add_records(
     documents: Sequence[str],
     metadatas: Sequence[Mapping[str, Any]],
 ) -> None:
-    """Add each record as a row: its id, text length, words (its stems) and metadata."""
+    """Add each record as a row: its id, text length, words (its stems), metadata and digest."""
     for chunk_id, text, metadata in zip(ids, documents, metadatas, strict=True):
-        builder.add(chunk_id, len(text), " ".join(stems(text)), metadata)
+        builder.add(chunk_id, len(text), " ".join(stems(text)), metadata, digest(text, metadata))
 
 
-def build(fingerprint: Fingerprint, rows: Rows, directory: Path | None) -> Built:
+def build(
+    fingerprint: Fingerprint,
+    rows: Rows,
+    directory: Path | None,
+    unsettled: Unsettled | None = None,
+) -> Built:
     """Index the rows (those without a word stay out of the engine); saved under ``directory``.
 
-    Saved, the snapshot serves the saved files (mapped into memory), not the arrays given.
+    Saved, the snapshot serves the saved files (mapped into memory), not the arrays given,
+    and ``unsettled`` is saved with them.
     """
+    unsettled = dict(unsettled or {})
     tantivy = _tantivy()
     target = None if directory is None else directory / fingerprint.collection_id
     temporary = None if target is None else target.parent / f".{target.name}.tmp-{uuid.uuid4().hex}"
@@ -220,18 +253,23 @@ def build(fingerprint: Fingerprint, rows: Rows, directory: Path | None) -> Built
     writer.commit()
     writer.wait_merging_threads()
     if temporary is not None and target is not None:
-        saved = _saved(temporary, target, fingerprint, rows, indexed)
+        saved = _saved(temporary, target, fingerprint, rows, indexed, unsettled)
         if saved is None:  # not saved (logged): the same rows in memory
-            return build(fingerprint, rows, None)
+            return build(fingerprint, rows, None, unsettled)
         return saved
-    return Built(fingerprint, rows, Engine(index) if indexed else None)
+    return Built(fingerprint, rows, Engine(index) if indexed else None, unsettled)
 
 
 # ---- saved beside an embedded store, or in the machine's cache for a server -------------------
 
 
 def _saved(
-    temporary: Path, target: Path, fingerprint: Fingerprint, rows: Rows, indexed: int
+    temporary: Path,
+    target: Path,
+    fingerprint: Fingerprint,
+    rows: Rows,
+    indexed: int,
+    unsettled: Unsettled,
 ) -> Built | None:
     """Move the index built in ``temporary`` to ``target`` whole or not at all; open it there.
 
@@ -245,12 +283,13 @@ def _saved(
         rows.save(temporary)
         state = {"format": FORMAT, "tokenizer": TOKENIZER, "engine": ENGINE, "indexed": indexed}
         state["fingerprint"] = fingerprint.as_json()
+        state["unsettled"] = {t: [at, sorted(ids)] for t, (at, ids) in unsettled.items()}
         state["files"] = checksums(temporary)
         (temporary / "state.json").write_bytes(orjson.dumps(state))  # last: marks it complete
         with contextlib.suppress(FileNotFoundError):
             target.rename(old)
         temporary.rename(target)
-        return _opened(target, fingerprint, indexed)
+        return _opened(target, fingerprint, indexed, unsettled)
     except BaseException as error:
         if not engine_failed(error):
             raise
@@ -261,7 +300,9 @@ def _saved(
         shutil.rmtree(old, ignore_errors=True)
 
 
-def _opened(target: Path, fingerprint: Fingerprint, indexed: int) -> Built | None:
+def _opened(
+    target: Path, fingerprint: Fingerprint, indexed: int, unsettled: Unsettled
+) -> Built | None:
     """The rows and engine saved at ``target`` (checked already), or None if they disagree."""
     rows = Rows.load(target)
     engine = None
@@ -269,7 +310,7 @@ def _opened(target: Path, fingerprint: Fingerprint, indexed: int) -> Built | Non
         engine = Engine(_tantivy().Index.open(str(target)))
         if engine.searcher.num_docs != indexed:
             return None
-    return Built(fingerprint, rows, engine)
+    return Built(fingerprint, rows, engine, unsettled)
 
 
 def load(target: Path, fingerprint: Fingerprint, *, exact: bool = True) -> Built | None:
@@ -294,7 +335,11 @@ def load(target: Path, fingerprint: Fingerprint, *, exact: bool = True) -> Built
             logger.warning("the saved keyword index at %s is damaged; it is rebuilt", target)
             return None
         found = Fingerprint(held["collection_id"], int(held["count"]), held["gen"])
-        return _opened(target, found, int(state["indexed"]))
+        unsettled = {
+            str(token): (float(at), frozenset(map(str, ids)))
+            for token, (at, ids) in state["unsettled"].items()
+        }
+        return _opened(target, found, int(state["indexed"]), unsettled)
     except BaseException as error:  # none, damaged, or replaced
         if not (engine_failed(error) or isinstance(error, KeyError | TypeError | AttributeError)):
             raise

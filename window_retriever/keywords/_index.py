@@ -16,6 +16,7 @@ docs/how-it-works.md#the-keyword-index-how-it-stays-current.
 from __future__ import annotations
 
 import logging
+import math
 import shutil
 import threading
 from collections.abc import Mapping, Sequence
@@ -23,10 +24,12 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from window_retriever.core._filters import Tree, compile_tree, predicate_of
-from window_retriever.keywords._engine import engine_failed, stems
+from window_retriever._errors import ConfigurationError, StoreError
+from window_retriever.core._filters import Tree, check_where, compile_tree, predicate_of
+from window_retriever.keywords._engine import engine_failed, rows_damaged, stems
 from window_retriever.keywords._lifecycle import (
     DEFAULT_CHECK_INTERVAL,
+    DEFAULT_RECONCILE_INTERVAL,
     PAGE_SIZE,
     KeptIndex,
     KeywordSource,
@@ -66,15 +69,23 @@ class KeywordIndex(KeptIndex):
     _shared_lock: ClassVar[threading.Lock] = threading.Lock()
 
     def __init__(
-        self, source: KeywordSource, *, check_interval: float = DEFAULT_CHECK_INTERVAL
+        self,
+        source: KeywordSource,
+        *,
+        check_interval: float = DEFAULT_CHECK_INTERVAL,
+        reconcile_interval: float | None = DEFAULT_RECONCILE_INTERVAL,
     ) -> None:
         """Build nothing yet; the first search reads (or loads) the index.
 
         Args:
             source: The collection's reads and writes (for Chroma: ``ChromaKeywordSource``).
             check_interval: Seconds between two checks of the collection's fingerprint.
+            reconcile_interval: Seconds between two reconciliations in the background
+                (:meth:`reconcile`), or None for none.
         """
-        super().__init__(source, check_interval=check_interval)
+        super().__init__(
+            source, check_interval=check_interval, reconcile_interval=reconcile_interval
+        )
         self._masks_lock = threading.Lock()
         """Held while reading or changing a kept filter mask (never while building)."""
 
@@ -82,7 +93,11 @@ class KeywordIndex(KeptIndex):
 
     @classmethod
     def for_source(
-        cls, source: KeywordSource, *, check_interval: float | None = None
+        cls,
+        source: KeywordSource,
+        *,
+        check_interval: float | None = None,
+        reconcile_interval: float | None = None,
     ) -> KeywordIndex:
         """The index of ``source``'s collection, shared by every caller in this process.
 
@@ -91,18 +106,30 @@ class KeywordIndex(KeptIndex):
                 index (the first one given is the one it keeps).
             check_interval: Seconds between fingerprint checks (the staleness bound across
                 processes). Callers asking for different values share the smallest.
+            reconcile_interval: Seconds between reconciliations with the collection (the
+                bound on writes that bypass the library; default
+                :data:`DEFAULT_RECONCILE_INTERVAL`). Callers share the smallest given.
         """
         if check_interval is not None:
             _check_interval(check_interval)
+        if reconcile_interval is not None:
+            _check_interval(reconcile_interval, "reconcile_interval")
         key = source.key
         with cls._shared_lock:
             index = cls._shared.get(key)
             if index is None:
                 interval = DEFAULT_CHECK_INTERVAL if check_interval is None else check_interval
-                index = cls(source, check_interval=interval)
+                every = (
+                    DEFAULT_RECONCILE_INTERVAL if reconcile_interval is None else reconcile_interval
+                )
+                index = cls(source, check_interval=interval, reconcile_interval=every)
                 cls._shared[key] = index
-            elif check_interval is not None:
-                index.check_interval = min(index.check_interval, float(check_interval))
+            else:
+                if check_interval is not None:
+                    index.check_interval = min(index.check_interval, float(check_interval))
+                if reconcile_interval is not None:
+                    held = index.reconcile_interval or math.inf
+                    index.reconcile_interval = min(held, float(reconcile_interval))
             return index
 
     @classmethod
@@ -125,7 +152,8 @@ class KeywordIndex(KeptIndex):
 
         Args:
             query: Free text; tokenised like the chunks (stop words out, stems in).
-            k: How many ids at most. Fewer come back when fewer chunks hold a query term.
+            k: How many ids at most. Fewer come back when fewer chunks hold a query term;
+                any ``k`` costs no more than the chunks the index holds.
             where: A Chroma metadata filter, applied exactly as Chroma applies it.
             where_document: A Chroma document filter (``$contains``, ``$regex``, ...),
                 evaluated by Chroma itself.
@@ -133,10 +161,21 @@ class KeywordIndex(KeptIndex):
         Returns:
             ``(chunk id, BM25 score)`` pairs, highest score first (ties by id); only chunks
             that hold at least one query term (score above 0).
+
+        Raises:
+            StoreError: The index failed (its engine, or a saved file changed under the
+                process) and failed again when rebuilt from the collection. After one
+                failure it is rebuilt, with a logged warning, and the search answers.
         """
+        if where is not None:
+            try:
+                check_where(where, "where")
+            except ValueError as error:
+                raise ConfigurationError(str(error)) from None
         if k <= 0:
             return []
         words = stems(query)
+        failure: BaseException | None = None
         for _attempt in range(2):
             snapshot = self._current()
             if snapshot.engine is None or not words:
@@ -145,20 +184,24 @@ class KeywordIndex(KeptIndex):
             tree = compile_tree(where) if where_document is None else None
             if tree is None:  # Chroma decides: keep the rows it returns
                 mask = self._allowed(snapshot, where, where_document)
-            elif where is not None:
-                mask = self._passing(snapshot, where, tree).mask
             try:
+                if tree is not None and where is not None:
+                    mask = self._passing(snapshot, where, tree).mask
                 hits = snapshot.engine.top(words, k, mask)
-                break
+                rows = snapshot.rows
+                return [(rows.id(row), score) for row, score in hits]
             except BaseException as error:
-                if not engine_failed(error):
+                if not (engine_failed(error) or rows_damaged(error)):
                     raise
                 self._discard(snapshot, error)  # a damaged file the open did not read
-        else:
-            msg = "the keyword index failed twice, also when rebuilt from the collection"
-            raise RuntimeError(msg)
-        rows = snapshot.rows
-        return [(rows.id(row), score) for row, score in hits]
+                failure = error
+        where_saved = "" if self.directory is None else f" (saved under {self.directory})"
+        msg = (
+            f"the keyword index{where_saved} failed twice, also when rebuilt from the "
+            f"collection: {failure}; check that nothing else writes to its folder, or search "
+            f"with candidates='vector'"
+        )
+        raise StoreError(msg) from failure
 
     async def asearch(
         self,
@@ -195,9 +238,17 @@ class KeywordIndex(KeptIndex):
         the last check: see
         docs/how-it-works.md#how-the-index-learns-that-the-collection-changed), with what
         :meth:`correct` corrected since it was built; ids it does not hold are left out.
-        ``None`` before the first search.
+        ``None`` before the first search, and when a saved file of its rows was damaged since
+        it was loaded (the index is then dropped: the next search rebuilds it).
         """
-        return _held(self._snapshot, ids)
+        snapshot = self._snapshot
+        try:
+            return _held(snapshot, ids)
+        except Exception as error:
+            if snapshot is None or not rows_damaged(error):
+                raise
+            self._discard(snapshot, error, wait=False)
+            return None
 
     def passing(self, where: Mapping[str, Any]) -> list[str] | None:
         """The ids of every chunk ``where`` passes, decided on the metadata this index holds.
@@ -217,8 +268,9 @@ class KeywordIndex(KeptIndex):
         build, while another thread checks or builds, when a check found the collection changed
         since the build (until a keyword search or :meth:`refresh` rebuilds; no call to the store
         meanwhile), for a while after :meth:`distrust`, and when ``_filters`` cannot decide
-        ``where``. It never waits for another thread; when a check is due it makes it (one call, the
-        count's too every :data:`COUNT_EVERY` intervals).
+        ``where``, and when a saved file of its rows was damaged since it was loaded (the index
+        is then dropped: the next search rebuilds it). It never waits for another thread; when a
+        check is due it makes it (one call, the count's too every :data:`COUNT_EVERY` intervals).
         """
         tree = compile_tree(where)
         if tree is None:
@@ -226,15 +278,21 @@ class KeywordIndex(KeptIndex):
         snapshot = self._checked()
         if snapshot is None or self._clock() - snapshot.distrusted_at < _DISTRUST_SECONDS:
             return None
-        passing = self._passing(snapshot, where, tree)
-        ids = passing.ids
-        if ids is None:
-            with self._masks_lock:  # numpy reads the mask without the GIL: not while it turns
-                mask, changes = passing.mask.copy(), passing.changes
-            ids = snapshot.rows.ids_at(np.flatnonzero(mask).tolist())
-            with self._masks_lock:
-                if passing.changes == changes:  # no row turned while the list was made
-                    passing.ids = ids
+        try:
+            passing = self._passing(snapshot, where, tree)
+            ids = passing.ids
+            if ids is None:
+                with self._masks_lock:  # numpy reads the mask without the GIL: not while it turns
+                    mask, changes = passing.mask.copy(), passing.changes
+                ids = snapshot.rows.ids_at(np.flatnonzero(mask).tolist())
+                with self._masks_lock:
+                    if passing.changes == changes:  # no row turned while the list was made
+                        passing.ids = ids
+        except Exception as error:
+            if not rows_damaged(error):
+                raise
+            self._discard(snapshot, error, wait=False)
+            return None
         return ids
 
     def distrust(self) -> None:
@@ -271,7 +329,13 @@ class KeywordIndex(KeptIndex):
         snapshot = self._snapshot
         if snapshot is None or snapshot is not build:
             return
-        held = _held(snapshot, list(read))
+        try:
+            held = _held(snapshot, list(read))
+        except Exception as error:
+            if not rows_damaged(error):
+                raise
+            self._discard(snapshot, error, wait=False)
+            return
         if held:
             differs = {i: e for i, e in read.items() if held.get(i, e) != e}
             if differs:
@@ -297,15 +361,29 @@ class KeywordIndex(KeptIndex):
                         passing.ids = None
                         passing.changes += 1
 
-    def _discard(self, snapshot: _Snapshot, error: BaseException) -> None:
-        """Drop a snapshot whose engine failed (and its saved copy): the next search rebuilds."""
-        logger.warning("the keyword index failed (%s); it is rebuilt from the collection", error)
-        with self._lock:
-            if self._snapshot is snapshot:
-                self._snapshot = None
-                if self.directory is not None:
-                    target = self.directory / snapshot.fingerprint.collection_id
-                    shutil.rmtree(target, ignore_errors=True)
+    def _discard(self, snapshot: _Snapshot, error: BaseException, *, wait: bool = True) -> None:
+        """Drop a snapshot that failed (and its saved copy): the next search rebuilds.
+
+        It failed by its engine (:func:`engine_failed`) or by its rows (:func:`rows_damaged`): a
+        saved file changed under the process since it was loaded. Not ``wait``: left as it is
+        while another thread holds the lock (checking or building; a later call drops it).
+        """
+        if not self._lock.acquire(blocking=wait):
+            return
+        try:
+            if self._snapshot is not snapshot:
+                return  # dropped or replaced already
+            self._snapshot = None
+            if self.directory is not None:
+                target = self.directory / snapshot.fingerprint.collection_id
+                shutil.rmtree(target, ignore_errors=True)
+        finally:
+            self._lock.release()
+        cause = f"a saved file changed since it was loaded: {error}"
+        logger.warning(
+            "the keyword index failed (%s); it is rebuilt from the collection",
+            cause if rows_damaged(error) else error,
+        )
 
     def __len__(self) -> int:
         """How many chunks the current snapshot holds (checks the collection if due)."""

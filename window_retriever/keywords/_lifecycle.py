@@ -14,12 +14,15 @@ docs/how-it-works.md#the-keyword-index-how-it-stays-current.
 
 from __future__ import annotations
 
+import atexit
 import hashlib
 import itertools
+import logging
 import math
 import os
 import threading
 import time
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -34,11 +37,14 @@ from window_retriever.keywords._engine import (
     Built,
     Engine,
     Fingerprint,
+    Unsettled,
     add_records,
     build,
     load,
 )
-from window_retriever.keywords._rows import Rows, RowsBuilder
+from window_retriever.keywords._rows import Rows, RowsBuilder, digest
+
+logger = logging.getLogger("window_retriever.keywords._index")
 
 GENERATION_KEY = "window_retriever:generation"
 """The collection metadata key whose value changes with every write made through this library."""
@@ -61,6 +67,16 @@ CACHE_VARIABLE = "WINDOW_RETRIEVER_CACHE"
 PAGE_SIZE = 5000
 """Records read per ``get`` while building (Chroma caps a batch at 5,461 on this machine)."""
 
+
+PENDING_SECONDS = 600.0
+"""How long after a write was recorded as pending (``KeywordSource.intend``) readers keep
+reading its records again while no entry completes it: the bound on a write whose writer was
+killed after it reached the store and before it was told. A write still under way after this
+is seen when its writer tells (its finishing entry names the ids again)."""
+
+DEFAULT_RECONCILE_INTERVAL = 600.0
+"""Seconds between two reconciliations of an index with its collection (:meth:`KeptIndex.
+reconcile`): the bound on a write that bypassed this library and kept the record count."""
 
 _CATCH_UP_ROWS = 1000
 """A catch-up that reads at most this many records (or a quarter of the rows) goes ahead."""
@@ -109,21 +125,39 @@ class KeywordSource(Protocol):
         call; it need not change what :meth:`pages` reads.
         """
 
-    def bump_generation(self, changed: Collection[str] | None = None) -> None:
+    def intend(self, ids: Collection[str]) -> str | None:
+        """Before a write of ``ids``: record it in the change feed as pending, under a new token.
+
+        Returns the token (for :meth:`bump_generation`'s ``completes``), or None for a
+        collection that no longer exists. Readers read those records again at every check
+        until an entry completes it or :data:`PENDING_SECONDS` pass (:meth:`pending`).
+        """
+
+    def bump_generation(
+        self, changed: Collection[str] | None = None, completes: Collection[str] = ()
+    ) -> None:
         """Store a new random generation token, keeping everything else about the collection.
 
         ``changed``: the ids the write touched (added, rewritten or deleted), recorded in the
         collection's change feed under the new token, so that :meth:`changes` can tell other
         processes what to read again; None when they are not known (readers then rebuild).
+        ``completes``: the tokens of the pending entries (:meth:`intend`) this write finishes.
         A collection that no longer exists is left alone (nothing is raised).
         """
 
     def changes(self, since: str, until: str) -> set[str] | None:
-        """The ids written from generation ``since`` to ``until``, as the change feed holds them.
+        """The ids written after generation ``since``, ``until`` among them, as the feed holds them.
 
-        None when the feed cannot say for sure: an entry missing (pruned, or a write whose
-        entry failed), two writes that followed the same token (concurrent writers), or a
-        write recorded without its ids. The index then rebuilds from every record.
+        Every entry that follows ``since`` (more ids than the chain to ``until`` is never
+        wrong: they are read again). None when the feed cannot say for sure: ``until`` not
+        reached (an entry pruned, or a write whose entry failed), or a write recorded without
+        its ids. The index then rebuilds from every record.
+        """
+
+    def pending(self) -> Mapping[str, tuple[float, frozenset[str]]]:
+        """The feed's pending entries that no entry completes.
+
+        Each one's token -> (when it was recorded, as ``time.time()``; the ids it writes).
         """
 
     def records(self, ids: Sequence[str]) -> tuple[list[str], list[str], list[Mapping[str, Any]]]:
@@ -161,10 +195,12 @@ class _Snapshot:
     passing: OrderedDict[str, _Passing] = field(default_factory=OrderedDict)
     distrusted_at: float = -math.inf
     """When Chroma last refused a search by its ids (:meth:`KeywordIndex.distrust`)."""
+    unsettled: Unsettled = field(default_factory=dict)
+    """Writes begun but not finished when its rows were read: read again at every check."""
 
     @classmethod
     def of(cls, built: Built) -> _Snapshot:
-        return cls(built.fingerprint, built.rows, built.engine)
+        return cls(built.fingerprint, built.rows, built.engine, unsettled=built.unsettled)
 
 
 @dataclass(slots=True)
@@ -191,11 +227,23 @@ class KeptIndex:
     """The shared index of each collection (``KeywordIndex.for_source`` keeps it)."""
     _shared_lock: ClassVar[threading.Lock]
 
-    def __init__(self, source: KeywordSource, *, check_interval: float) -> None:
+    def __init__(
+        self,
+        source: KeywordSource,
+        *,
+        check_interval: float,
+        reconcile_interval: float | None = DEFAULT_RECONCILE_INTERVAL,
+    ) -> None:
         """Nothing read yet: the first :meth:`_current` reads (or loads) the collection."""
         _check_interval(check_interval)
+        _check_interval(reconcile_interval, "reconcile_interval", optional=True)
         self._source = source
         self.check_interval = float(check_interval)
+        self.reconcile_interval = None if reconcile_interval is None else float(reconcile_interval)
+        """Seconds between reconciliations in the background (:meth:`reconcile`), or None."""
+        self.reconciliations = 0
+        """How many reconciliations ran; :attr:`reconciled` holds what the last one found."""
+        self.reconciled: set[str] = set()
         self.directory = source.index_directory
         """Where this index is saved (one folder per collection id under it), or None."""
         self.builds = 0
@@ -219,7 +267,34 @@ class KeptIndex:
         self._clock: Callable[[], float] = time.monotonic
 
     @classmethod
-    def invalidate(cls, source: KeywordSource, changed: Collection[str] | None = None) -> None:
+    def intend(cls, source: KeywordSource, ids: Collection[str]) -> str | None:
+        """Before a write of ``ids``: record it as pending in every process (a new token).
+
+        A writer calls it before each write and :meth:`invalidate` once done, with the tokens
+        it got as ``completes``: a reader that sees the pending entry reads those records
+        again at every check until it is completed or :data:`PENDING_SECONDS` pass, so a
+        writer killed between its write and :meth:`invalidate` leaves no reader stale.
+        """
+        token = source.intend(ids)
+        cls._touch(source)
+        return token
+
+    @classmethod
+    def _touch(cls, source: KeywordSource) -> None:
+        """Make this process's index of ``source``'s collection check at its next search."""
+        with cls._shared_lock:
+            index = cls._shared.get(source.key)
+        if index is not None:
+            index._epoch = next(index._epochs)  # the next search checks, the count too
+
+    @classmethod
+    def invalidate(
+        cls,
+        source: KeywordSource,
+        changed: Collection[str] | None = None,
+        *,
+        completes: Collection[str] = (),
+    ) -> None:
         """Tell every index of this collection, in every process, that it was written to.
 
         Call it after a write has finished (add, upsert, update, delete): it stores a new
@@ -229,12 +304,10 @@ class KeptIndex:
 
         ``changed``: the ids the write touched, if known; another process's index then reads
         those records again instead of every record (:meth:`KeywordSource.changes`).
+        ``completes``: the tokens :meth:`intend` gave this write.
         """
-        source.bump_generation(changed)
-        with cls._shared_lock:
-            index = cls._shared.get(source.key)
-        if index is not None:
-            index._epoch = next(index._epochs)  # the next search checks, the count too
+        source.bump_generation(changed, completes)
+        cls._touch(source)
 
     # ---- keeping the snapshot current ------------------------------------------------------
 
@@ -250,7 +323,10 @@ class KeptIndex:
                 snapshot = self._switch_to(self._read_fingerprint(started, epoch))
             elif (changed := self._changed(snapshot, started, epoch)) is not None:
                 snapshot = self._switch_to(changed)
+            elif snapshot.unsettled:
+                snapshot = self._settle(snapshot)
             self._checked_at, self._checked_epoch = started, epoch
+            _reconciler.schedule(self)
             return snapshot
 
     def _fresh(self, now: float) -> bool:
@@ -317,29 +393,63 @@ class KeptIndex:
         same records would. None, and the caller rebuilds, when the feed cannot say what
         changed, when more than a quarter of the rows did (a build reads less), and when the
         result does not hold as many records as the collection (a writer that bypassed the
-        library).
+        library). The writes still pending then are read again at every check
+        (:meth:`_settle`).
         """
         since, until = held.fingerprint.generation, fingerprint.generation
         if held.fingerprint.collection_id != fingerprint.collection_id:
             return None
         if since is None or until is None:  # written before the feed, or by another tool
             return None
-        rows = held.rows
         changed = self._source.changes(since, until)
-        if changed is None or len(changed) > max(_CATCH_UP_ROWS, len(rows) // 4):
+        if changed is None or len(changed) > max(_CATCH_UP_ROWS, len(held.rows) // 4):
             return None
-        ids, documents, metadatas = self._source.records(sorted(changed))
-        kept = np.ones(len(rows), dtype=bool)
-        found = rows.rows_of(sorted(changed))
-        kept[found[found >= 0]] = False
-        if int(np.count_nonzero(kept)) + len(ids) != fingerprint.count:
+        started = time.time()
+        ids = sorted(changed)
+        records = self._source.records(ids)
+        unsettled = self._unsettled(held.unsettled, started)
+        rows = _replaced(held.rows, ids, records, count=fingerprint.count)
+        if rows is None:
             return None
-        builder = RowsBuilder()
-        add_records(builder, ids, documents, metadatas)
-        merged = rows.merged(kept, builder.rows())
-        snapshot = _Snapshot.of(build(fingerprint, merged, self.directory))
+        snapshot = _Snapshot.of(build(fingerprint, rows, self.directory, unsettled))
         self.catch_ups += 1
         return snapshot
+
+    def _unsettled(self, held: Unsettled, started: float) -> Unsettled:
+        """The pending writes to read again, from the feed.
+
+        Those recorded less than :data:`PENDING_SECONDS` before ``started`` (when the rows
+        were read), and those ``held`` still pending (read once more, then dropped).
+        """
+        return {
+            token: entry
+            for token, entry in self._source.pending().items()
+            if token in held or entry[0] + PENDING_SECONDS > started
+        }
+
+    def _settle(self, snapshot: _Snapshot) -> _Snapshot:
+        """Read the records of the writes still pending again; the snapshot as they are now.
+
+        Under the lock, at a check that found the token unchanged. The rows whose record
+        differs (by :func:`~window_retriever.keywords._rows.digest`) are replaced, as a
+        catch-up would; writes recorded :data:`PENDING_SECONDS` before this read are read for
+        the last time.
+        """
+        started = time.time()
+        ids = sorted(set().union(*(ids for _, ids in snapshot.unsettled.values())))
+        records = self._source.records(ids)
+        remaining = {
+            t: e for t, e in snapshot.unsettled.items() if e[0] + PENDING_SECONDS > started
+        }
+        differing = _differing(snapshot.rows, ids, records)
+        if not differing:
+            snapshot.unsettled = remaining
+            return snapshot
+        rows = _replaced(snapshot.rows, ids, records, count=None)
+        assert rows is not None  # noqa: S101 - no count to disagree with
+        self._snapshot = _Snapshot.of(build(snapshot.fingerprint, rows, self.directory, remaining))
+        self.catch_ups += 1
+        return self._snapshot
 
     def _checked(self) -> _Snapshot | None:
         """The snapshot if it is the collection's as last checked (checked now if due); or None.
@@ -348,6 +458,8 @@ class KeptIndex:
         when the collection changed since the build (the next ``KeywordIndex.search`` rebuilds).
         """
         snapshot, now = self._snapshot, self._clock()
+        if snapshot is not None and snapshot.unsettled:
+            return None  # a write under way (or killed): its records are read at each check
         if snapshot is None or self._fresh(now):
             return snapshot
         if self._stale is snapshot or not self._lock.acquire(blocking=False):
@@ -372,6 +484,7 @@ class KeptIndex:
         """
         settled = False
         for attempt in range(3):
+            started = time.time()
             rows = self._read_all()
             after = self._source.fingerprint()
             settled = after == fingerprint
@@ -380,7 +493,8 @@ class KeptIndex:
             fingerprint = after  # written to while read: read again
         self.builds += 1
         target = None if not settled or self.directory is None else self.directory
-        snapshot = _Snapshot.of(build(fingerprint, rows, target))
+        unsettled = self._unsettled({}, started)
+        snapshot = _Snapshot.of(build(fingerprint, rows, target, unsettled))
         if not settled:
             self._stale = snapshot
         return snapshot
@@ -400,6 +514,151 @@ class KeptIndex:
         for ids, documents, metadatas in self._source.pages(PAGE_SIZE):
             add_records(builder, ids, documents, metadatas)
         return builder.rows()
+
+    # ---- reconciliation: the writes this library was not told of ---------------------------
+
+    def reconcile(self) -> set[str]:
+        """Compare every record of the collection with the index; publish those that differ.
+
+        Reads every record, page by page, without the lock (searches go on), and compares
+        each with its row by :func:`~window_retriever.keywords._rows.digest`: a record added,
+        deleted, or rewritten in place by a writer that bypassed this library (even one that
+        kept the count) differs. Those ids are then told as a write is
+        (:meth:`invalidate`): every process's index, this one included, reads them again at
+        its next check. A write of this library made during the read may be named too
+        (read again, never wrong). It runs every :attr:`reconcile_interval` seconds in the
+        background, and on demand (``reindex_keywords``, ``window-retriever reindex``).
+
+        Returns:
+            The ids found to differ (empty when the index held the collection as it is).
+        """
+        rows = self._current().rows
+        seen = np.zeros(len(rows), dtype=bool)
+        differing: set[str] = set()
+        for ids, documents, metadatas in self._source.pages(PAGE_SIZE):
+            found = rows.rows_of(ids).tolist()
+            for chunk_id, text, metadata, row in zip(ids, documents, metadatas, found, strict=True):
+                if row >= 0 and int(rows.digests[row]) == digest(text, metadata):
+                    seen[row] = True
+                else:
+                    differing.add(chunk_id)
+        differing.update(rows.ids_at(np.flatnonzero(~seen).tolist()))
+        if differing:
+            logger.warning(
+                "the keyword index of %r missed %d changed chunks (a write that bypassed "
+                "window_retriever); every process now reads them again",
+                self._source.key[-1],
+                len(differing),
+            )
+            type(self).invalidate(self._source, differing)
+            self._current()
+        self.reconciliations += 1
+        self.reconciled = differing
+        return differing
+
+
+def _differing(
+    rows: Rows, ids: Sequence[str], records: tuple[list[str], list[str], list[Mapping[str, Any]]]
+) -> set[str]:
+    """Those of ``ids`` whose record (``records``: those of them stored) differs from its row."""
+    found_ids, documents, metadatas = records
+    held = dict(zip(ids, rows.rows_of(ids).tolist(), strict=True))
+    differing = {chunk_id for chunk_id, row in held.items() if row >= 0}  # until found alike
+    for chunk_id, text, metadata in zip(found_ids, documents, metadatas, strict=True):
+        row = held.get(chunk_id, -1)
+        if row >= 0 and int(rows.digests[row]) == digest(text, metadata):
+            differing.discard(chunk_id)
+        else:
+            differing.add(chunk_id)
+    return differing
+
+
+def _replaced(
+    rows: Rows,
+    ids: Sequence[str],
+    records: tuple[list[str], list[str], list[Mapping[str, Any]]],
+    *,
+    count: int | None,
+) -> Rows | None:
+    """``rows`` with every row of ``ids`` replaced by its record as read (or dropped).
+
+    None when the result would not hold ``count`` records (a writer that bypassed the
+    library: the caller rebuilds).
+    """
+    found_ids, documents, metadatas = records
+    kept = np.ones(len(rows), dtype=bool)
+    found = rows.rows_of(ids)
+    kept[found[found >= 0]] = False
+    if count is not None and int(np.count_nonzero(kept)) + len(found_ids) != count:
+        return None
+    builder = RowsBuilder()
+    add_records(builder, found_ids, documents, metadatas)
+    return rows.merged(kept, builder.rows())
+
+
+class _Reconciler:
+    """One daemon thread per process that reconciles each index every reconcile_interval.
+
+    An index is scheduled at each check of its (:meth:`schedule`, which costs a dict lookup);
+    an index no longer referenced is forgotten (weak references). A reconciliation that fails
+    is logged and tried again an interval later.
+    """
+
+    def __init__(self) -> None:
+        self._due: dict[int, tuple[float, weakref.ref[KeptIndex]]] = {}
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._stopped = False
+
+    def schedule(self, index: KeptIndex) -> None:
+        interval = index.reconcile_interval
+        if interval is None or math.isinf(interval) or id(index) in self._due or self._stopped:
+            return
+        with self._lock:
+            if id(index) in self._due:
+                return
+            self._due[id(index)] = (time.monotonic() + interval, weakref.ref(index))
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._run, name="window-retriever-reconcile", daemon=True
+                )
+                self._thread.start()
+                atexit.register(self.stop)
+        self._wake.set()
+
+    def stop(self) -> None:
+        self._stopped = True
+        self._wake.set()
+
+    def _run(self) -> None:
+        while not self._stopped:
+            now = time.monotonic()
+            with self._lock:
+                due = [(key, ref) for key, (at, ref) in self._due.items() if at <= now]
+                waits = [at - now for at, _ in self._due.values() if at > now]
+            for key, ref in due:
+                index = ref()
+                if index is None or self._stopped:
+                    with self._lock:
+                        self._due.pop(key, None)
+                    continue
+                try:
+                    index.reconcile()
+                except Exception as error:
+                    logger.warning("the keyword index could not be reconciled: %s", error)
+                interval = index.reconcile_interval
+                with self._lock:
+                    if interval is None or math.isinf(interval):
+                        self._due.pop(key, None)
+                    else:
+                        self._due[key] = (time.monotonic() + interval, ref)
+                del index
+            self._wake.wait(min(waits, default=60.0) if not due else 0)
+            self._wake.clear()
+
+
+_reconciler = _Reconciler()
 
 
 def _held(
@@ -442,13 +701,26 @@ def server_cache(server: str, tenant: str, database: str) -> Path:
     return cache_directory() / "keyword" / digest
 
 
-def _check_interval(value: float) -> None:
-    if not isinstance(value, int | float) or isinstance(value, bool) or not value >= 0:
-        msg = (
-            f"check_interval must be a number of seconds, 0 or more, got {value!r}; "
-            f"use e.g. {DEFAULT_CHECK_INTERVAL}"
-        )
+def _check_interval(
+    value: float | None, name: str = "check_interval", *, optional: bool = False
+) -> None:
+    """Refuse an interval that is not a number of seconds.
+
+    ``check_interval`` may be 0 and must be finite; ``reconcile_interval`` must be above 0,
+    infinity meaning never.
+    """
+    checking = name == "check_interval"
+    default = DEFAULT_CHECK_INTERVAL if checking else DEFAULT_RECONCILE_INTERVAL
+    if value is None and optional:
+        return
+    least = "0 or more" if checking else "above 0 (math.inf: never)"
+    if (
+        not isinstance(value, int | float)
+        or isinstance(value, bool)
+        or not (value >= 0 if checking else value > 0)
+    ):
+        msg = f"{name} must be a number of seconds, {least}, got {value!r}; use e.g. {default}"
         raise ConfigurationError(msg)
-    if math.isinf(value):
-        msg = "check_interval must be finite: an index that never checks misses other writers"
-        raise ConfigurationError(msg + f"; use e.g. {DEFAULT_CHECK_INTERVAL}")
+    if checking and math.isinf(value):
+        msg = f"{name} must be finite: an index that never checks misses other writers"
+        raise ConfigurationError(msg + f"; use e.g. {default}")

@@ -2,6 +2,8 @@
 
 One row per chunk, in id order, kept in a few numpy arrays rather than a Python object per
 chunk: the ids as one fixed-width byte array (found by binary search), the lengths as int32,
+a digest of each record's text and metadata as uint64 (what a check compares with the store:
+:func:`digest`),
 the metadata (orjson) and the words (each chunk's stems joined by spaces) as bytes laid end to
 end with the offset where each row ends. Saved, the arrays are files that a process maps into
 memory (``numpy.load(mmap_mode="r")``): a new process decodes none of them, holds no
@@ -17,6 +19,7 @@ decided row by row on the decoded metadata. Either way each test is the very pre
 
 from __future__ import annotations
 
+import hashlib
 from array import array
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -92,6 +95,7 @@ class Rows:
     Args:
         ids: Each row's id as UTF-8 and :data:`_END`, sorted (a fixed-width byte array).
         lengths: Each row's text length in characters.
+        digests: Each row's :func:`digest` of its text and metadata.
         metadata: Each row's metadata as orjson.
         words: Each row's stems joined by spaces, UTF-8 (empty for a text without a word).
         columns: For each metadata key with few values: a code per row (-1: the row has no
@@ -99,12 +103,13 @@ class Rows:
         wide: The keys with too many values for a column (decided row by row).
     """
 
-    __slots__ = ("columns", "ids", "lengths", "metadata", "wide", "words")
+    __slots__ = ("columns", "digests", "ids", "lengths", "metadata", "wide", "words")
 
     def __init__(
         self,
         ids: np.ndarray,
         lengths: np.ndarray,
+        digests: np.ndarray,
         metadata: Blob,
         words: Blob,
         columns: Mapping[str, tuple[np.ndarray, list[Any]]],
@@ -112,6 +117,7 @@ class Rows:
     ) -> None:
         self.ids = ids
         self.lengths = lengths
+        self.digests = digests
         self.metadata = metadata
         self.words = words
         self.columns = dict(columns)
@@ -141,7 +147,11 @@ class Rows:
         return found
 
     def metadata_at(self, row: int) -> dict[str, Any]:
-        metadata: dict[str, Any] = orjson.loads(self.metadata[row])
+        stored = self.metadata[row]
+        metadata: dict[str, Any] = orjson.loads(stored)
+        if metadata.__class__ is not dict:  # a file rewritten under the map: rows_damaged
+            msg = "not a JSON object"
+            raise orjson.JSONDecodeError(msg, stored.decode(errors="replace"), 0)
         return metadata
 
     def words_at(self, row: int) -> str:
@@ -162,6 +172,8 @@ class Rows:
         ids[~from_added], ids[from_added] = held_ids, added.ids
         lengths = np.empty(total, dtype=np.int32)
         lengths[~from_added], lengths[from_added] = self.lengths[rows], added.lengths
+        digests = np.empty(total, dtype=np.uint64)
+        digests[~from_added], digests[from_added] = self.digests[rows], added.digests
         wide = self.wide | added.wide
         columns = {}
         for key in sorted((self.columns.keys() | added.columns.keys()) - wide):
@@ -188,6 +200,7 @@ class Rows:
         return Rows(
             ids,
             lengths,
+            digests,
             Blob.merged(self.metadata, rows, added.metadata, from_added),
             Blob.merged(self.words, rows, added.words, from_added),
             columns,
@@ -234,6 +247,7 @@ class Rows:
         """Write the arrays under ``folder`` (files of their own; ``columns.json`` names them)."""
         np.save(folder / "ids.npy", self.ids)
         np.save(folder / "lengths.npy", self.lengths)
+        np.save(folder / "digests.npy", self.digests)
         for name, blob in (("metadata", self.metadata), ("words", self.words)):
             np.save(folder / f"{name}.npy", blob.data)
             np.save(folder / f"{name}-ends.npy", blob.ends)
@@ -260,12 +274,18 @@ class Rows:
         rows = cls(
             mapped("ids.npy"),
             mapped("lengths.npy"),
+            mapped("digests.npy"),
             Blob(mapped("metadata.npy"), mapped("metadata-ends.npy")),
             Blob(mapped("words.npy"), mapped("words-ends.npy")),
             columns,
             frozenset(described["wide"]),
         )
-        sizes = {len(rows.lengths), len(rows.metadata.ends), len(rows.words.ends)}
+        sizes = {
+            len(rows.lengths),
+            len(rows.digests),
+            len(rows.metadata.ends),
+            len(rows.words.ends),
+        }
         sizes |= {len(codes) for codes, _ in columns.values()}
         if sizes - {len(rows.ids)}:
             msg = f"the saved rows at {folder} do not agree in length"
@@ -291,16 +311,25 @@ class RowsBuilder:
     def __init__(self) -> None:
         self._ids: list[str] = []
         self._lengths = array("i")
+        self._digests = array("Q")
         self._metadata: list[bytes] = []
         self._words: list[bytes] = []
         self._columns: dict[str, _Coding | None] = {}
         """Per key: its coding, or None once it has too many values for a column."""
 
-    def add(self, chunk_id: str, length: int, words: str, metadata: Mapping[str, Any]) -> None:
-        """One row: its id, text length, words (stems joined by spaces) and metadata."""
+    def add(
+        self,
+        chunk_id: str,
+        length: int,
+        words: str,
+        metadata: Mapping[str, Any],
+        digest: int = 0,
+    ) -> None:
+        """One row: its id, text length, words (stems joined by spaces), metadata and digest."""
         row = len(self._ids)
         self._ids.append(chunk_id)
         self._lengths.append(length)
+        self._digests.append(digest)
         # a copy: the bytes orjson returns keep its whole output buffer, many times a row's size
         # (docs/benchmarks.md#the-keyword-indexs-lifecycle-issue-28)
         self._metadata.append(memoryview(orjson.dumps(metadata)).tobytes())
@@ -342,13 +371,15 @@ class RowsBuilder:
                 columns[key] = (full[order], coding.values)
         wide = frozenset(key for key, coding in self._columns.items() if coding is None)
         lengths = np.frombuffer(self._lengths, dtype=np.int32)[order]
+        digests = np.frombuffer(self._digests, dtype=np.uint64)[order]
         ordered = order.tolist()
         metadata = _joined(self._metadata, ordered)
         words = _joined(self._words, ordered)
         self._ids.clear()
         self._columns.clear()
         del self._lengths[:]
-        return Rows(ids[order], lengths, metadata, words, columns, wide)
+        del self._digests[:]
+        return Rows(ids[order], lengths, digests, metadata, words, columns, wide)
 
 
 def _joined(encoded: list[bytes], order: list[int]) -> Blob:
@@ -368,9 +399,25 @@ def _value_key(value: Any) -> tuple[type, Any]:
     return (value.__class__, orjson.dumps(value) if value.__class__ is list else value)
 
 
+def digest(text: str, metadata: Mapping[str, Any]) -> int:
+    """A record's text and metadata as 64 bits: equal records give equal digests.
+
+    The metadata with its keys sorted (a store may return them in any order), types kept
+    (``1``, ``1.0`` and ``True`` differ). What a check compares with the store to find a
+    record written without the index being told (docs/how-it-works.md).
+    """
+    hashed = hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=8)
+    hashed.update(b"\0")
+    hashed.update(orjson.dumps(metadata, option=orjson.OPT_SORT_KEYS))
+    return int.from_bytes(hashed.digest(), "little")
+
+
 def _encode_id(chunk_id: str) -> bytes:
     return chunk_id.encode("utf-8", "surrogatepass") + _END
 
 
 def _decode_id(stored: bytes) -> str:
-    return bytes(stored)[:-1].decode("utf-8", "surrogatepass")
+    raw = bytes(stored)
+    if not raw.endswith(_END):  # a file rewritten under the map (zeros past a shorter one's end)
+        raise UnicodeDecodeError("utf-8", raw, 0, len(raw), "a stored id ends with \\x01")
+    return raw[:-1].decode("utf-8", "surrogatepass")

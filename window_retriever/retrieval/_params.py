@@ -8,9 +8,11 @@ raises a ``ConfigurationError`` that names the argument, the value and the fix.
 from __future__ import annotations
 
 import difflib
+import functools
+import operator
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, SupportsIndex
 
 from pydantic import ValidationError
 
@@ -42,6 +44,11 @@ OVERRIDABLE = (
 
 RENAMED = {"budget": "window_budget"}
 """Old names that a caller may still pass, and the option each became."""
+
+MOST_RESULTS = 1_000_000_000
+"""The most ``k`` and ``fetch_k`` may be: more hits than any collection holds, and few enough
+for any store to be asked (Chroma takes at most 2**32 - 1, and the search may double it).
+Nothing the retrieval allocates grows with them: only with what the store returns."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,7 +108,7 @@ def resolve(
     k = values["k"]
     if k is None:
         k = default_k(total_budget)
-    k = _positive_int("k", k, "the number of windows to return")
+    k = _count("k", k, "the number of windows to return")
     expansion = _expansion(values["expansion"], total_budget)
     coherence = values["coherence"]
     if (
@@ -113,8 +120,8 @@ def resolve(
         raise ConfigurationError(msg)
     fetch_k = values["fetch_k"]
     if fetch_k is None:
-        fetch_k = 2 * k if total_budget is not None else 4 * k
-    elif _positive_int("fetch_k", fetch_k, "the number of search candidates") < k:
+        fetch_k = min(2 * k if total_budget is not None else 4 * k, MOST_RESULTS)
+    elif _count("fetch_k", fetch_k, "the number of search candidates") < k:
         msg = f"fetch_k must be at least k ({k}), got {fetch_k}; raise fetch_k or omit it"
         raise ConfigurationError(msg)
     mode = values["mode"]
@@ -157,7 +164,7 @@ def resolve(
         mode=mode,
         filter=_where("filter", values["filter"]),
         where_document=_where("where_document", values["where_document"]),
-        length_function=length_function,
+        length_function=_checked_length(length_function),
         strict=strict,
     )
 
@@ -169,7 +176,7 @@ def default_k(total_budget: int | None) -> int:
     five whole chunks, so ``k`` must not stop a budget from being spent on more, smaller
     windows where they are worth it.
     """
-    return 4 if total_budget is None else max(4, total_budget // 200)
+    return 4 if total_budget is None else min(max(4, total_budget // 200), MOST_RESULTS)
 
 
 def _candidates(value: Any) -> Any:
@@ -234,6 +241,62 @@ def _positive_int(name: str, value: Any, meaning: str) -> int:
         msg = f"{name} ({meaning}) must be a positive integer, got {value!r}"
         raise ConfigurationError(msg)
     return value
+
+
+def _count(name: str, value: Any, meaning: str) -> int:
+    """A positive integer of at most :data:`MOST_RESULTS` (``k``, ``fetch_k``)."""
+    count = _positive_int(name, value, meaning)
+    if count > MOST_RESULTS:
+        msg = (
+            f"{name} ({meaning}) must be at most {MOST_RESULTS:,}, got {count!r}; pass "
+            f"{MOST_RESULTS:,} or less (more than the store holds is fine: all of it comes back)"
+        )
+        raise ConfigurationError(msg)
+    return count
+
+
+class LengthFunctionError(ConfigurationError, TypeError):
+    """A ``length_function`` returned no integer: a ``TypeError`` too, as it was before."""
+
+
+def _checked_length(length_function: Callable[[str], int]) -> Callable[[str], int]:
+    """``length_function`` with each value it returns checked: an int, 0 or more.
+
+    The one place its values are checked: every budget measures through it (``len``, which
+    returns nothing else, is left as it is). A negative count would buy room in a budget, a
+    float or a string would break its sums: either raises a ``ConfigurationError`` that names
+    the value and the text it measured.
+    """
+    if length_function is len:
+        return len
+
+    @functools.wraps(length_function)
+    def counted(text: str) -> int:
+        value = length_function(text)
+        count = _whole(value)
+        if count is not None and count >= 0:
+            return count
+        shown = text if len(text) <= 40 else text[:40] + "..."
+        msg = (
+            f"length_function must return an int, 0 or more (a count of characters or "
+            f"tokens), got {value!r} ({type(value).__name__}) for the text {shown!r}; "
+            f"return a whole count, e.g. len(text) or len(tokenizer.encode(text))"
+        )
+        raise (LengthFunctionError if count is None else ConfigurationError)(msg)
+
+    return counted
+
+
+def _whole(value: object) -> int | None:
+    """``value`` as an int if it is one (numpy's integers too; not a bool), else None."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if isinstance(value, SupportsIndex) and type(value).__name__ not in ("bool_", "bool"):
+        try:
+            return operator.index(value)
+        except TypeError:
+            return None
+    return None
 
 
 def describe(error: ValidationError, known: list[str]) -> str:

@@ -7,7 +7,8 @@ retriever sends (:class:`Search`, :class:`SearchIds`, :class:`Fetch`) and what c
 the store), :class:`Record` for writes, and the two stores
 the library ships (:class:`ChromaWindowStore`, :class:`MemoryWindowStore`). Beside them, the
 keyword index of a Chroma collection: :func:`keyword_index` (the process's shared
-:class:`KeywordIndex`) and :func:`invalidate_keywords` (for writers outside the library).
+:class:`KeywordIndex`), :func:`invalidate_keywords` and :func:`reindex_keywords` (for
+writers outside the library).
 See docs/api.md. The modules below are private; each name is imported on first use.
 """
 
@@ -16,7 +17,11 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from window_retriever.keywords._index import KeywordIndex
     from window_retriever.stores._chroma import ChromaWindowStore
-    from window_retriever.stores._chroma_keywords import invalidate_keywords, keyword_index
+    from window_retriever.stores._chroma_keywords import (
+        invalidate_keywords,
+        keyword_index,
+        reindex_keywords,
+    )
     from window_retriever.stores._memory import MemoryWindowStore
     from window_retriever.stores._protocol import (
         AsyncWindowStore,
@@ -51,6 +56,7 @@ _WHERE = {
     "WindowStore": "window_retriever.stores._protocol",
     "invalidate_keywords": "window_retriever.stores._chroma_keywords",
     "keyword_index": "window_retriever.stores._chroma_keywords",
+    "reindex_keywords": "window_retriever.stores._chroma_keywords",
 }
 
 
@@ -88,4 +94,5 @@ __all__ = [
     "WindowStore",
     "invalidate_keywords",
     "keyword_index",
+    "reindex_keywords",
 ]

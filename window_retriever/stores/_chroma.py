@@ -67,6 +67,8 @@ class ChromaWindowStore(WindowStore, AsyncWindowStore):
         write may have changed the collection part-way)."""
         self._touched: set[str] = set()
         """The ids of the writes tried since the last :meth:`written` (for the change feed)."""
+        self._intents: list[str] = []
+        """The tokens of the pending feed entries recorded since the last :meth:`written`."""
 
     # ---- reads -----------------------------------------------------------------------------
 
@@ -211,8 +213,7 @@ class ChromaWindowStore(WindowStore, AsyncWindowStore):
         """
         if not records:
             return
-        self._changed = True
-        self._touched.update(record.id for record in records)
+        self._intend([record.id for record in records])
         with store_errors(self.vectorstore):
             stored = self.get_metadata([record.id for record in records])
             exact = [_exactly(record, stored.get(record.id)) for record in records]
@@ -249,8 +250,7 @@ class ChromaWindowStore(WindowStore, AsyncWindowStore):
     def update_metadata(self, ids: Sequence[str], metadata: Mapping[str, Any]) -> None:
         """Chroma's ``update``, which merges ``metadata`` into each stored record."""
         if ids:
-            self._changed = True
-            self._touched.update(ids)
+            self._intend(ids)
             with store_errors(self.vectorstore):
                 self.vectorstore._collection.update(
                     ids=list(ids), metadatas=[dict(metadata) for _ in ids]
@@ -259,8 +259,7 @@ class ChromaWindowStore(WindowStore, AsyncWindowStore):
     def delete(self, ids: Sequence[str]) -> None:
         """``Chroma.delete`` by ids."""
         if ids:
-            self._changed = True
-            self._touched.update(ids)
+            self._intend(ids)
             with store_errors(self.vectorstore):
                 self.vectorstore.delete(ids=list(ids))
 
@@ -268,9 +267,10 @@ class ChromaWindowStore(WindowStore, AsyncWindowStore):
         """Invalidate the collection's keyword index in every process, if this adapter wrote.
 
         One ``KeywordIndex.invalidate`` with the ids written since the last call (an entry in
-        the change feed and a new generation token in the collection's metadata) when a write
-        was tried since then; nothing otherwise, so an ingest that found every file unchanged
-        makes no process look again.
+        the change feed that completes the pending ones each write recorded before it began,
+        and a new generation token in the collection's metadata) when a write was tried since
+        then; nothing otherwise, so an ingest that found every file unchanged makes no process
+        look again.
         """
         if not self._changed:
             return
@@ -278,12 +278,28 @@ class ChromaWindowStore(WindowStore, AsyncWindowStore):
 
         self._changed = False  # before: a write racing this call sets it again
         touched, self._touched = self._touched, set()
+        intents, self._intents = self._intents, []
         try:
-            KeywordIndex.invalidate(self._keywords(), touched)
+            KeywordIndex.invalidate(self._keywords(), touched, completes=intents)
         except BaseException:
             self._changed = True
             self._touched |= touched
+            self._intents = intents + self._intents
             raise
+
+    def _intend(self, ids: Sequence[str]) -> None:
+        """Before a write of ``ids``: record it in the change feed as pending (a new token).
+
+        So that a writer killed between its write and :meth:`written` still leaves a trace
+        every reader acts on (docs/how-it-works.md, how the index learns of a change).
+        """
+        from window_retriever.keywords._index import KeywordIndex
+
+        self._changed = True
+        self._touched.update(ids)
+        token = KeywordIndex.intend(self._keywords(), ids)
+        if token is not None:
+            self._intents.append(token)
 
     def get_metadata(self, ids: Sequence[str]) -> dict[str, dict[str, Any]]:
         """``Chroma.get`` by ids, metadata only."""

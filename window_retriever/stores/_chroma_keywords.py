@@ -18,6 +18,7 @@ import os
 import time
 import uuid
 from collections.abc import Collection, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -40,6 +41,20 @@ FEED_IDS = 20_000
 
 FEED_SECONDS = 7 * 24 * 3600.0
 """Entries older than this are deleted; a reader further behind rebuilds."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Entry:
+    """One entry of the change feed, as a writer records it."""
+
+    previous: Any
+    """The token it follows (the collection's token when it was recorded), or None."""
+    changed: Collection[str] | None
+    """The ids written, or None when they are not known."""
+    pending: bool
+    """A write about to be made (``intend``), not one finished."""
+    completes: Collection[str]
+    """The tokens of the pending entries this one finishes."""
 
 
 class ChromaKeywordSource:
@@ -126,17 +141,35 @@ class ChromaKeywordSource:
         generation = (collection.metadata or {}).get(GENERATION_KEY)
         return str(collection.id), None if generation is None else str(generation)
 
-    def bump_generation(self, changed: Collection[str] | None = None) -> None:
+    def intend(self, ids: Collection[str]) -> str | None:
+        """Record a write about to be made of ``ids``: a pending entry and a new token.
+
+        ``get_collection``, the entry in the change feed (pending: not yet written), then
+        ``modify``; the token, or None for a collection that no longer exists. Every reader
+        that sees the token reads those records again at each check until an entry
+        completes this one (:meth:`bump_generation`) or :data:`PENDING_SECONDS` pass.
+        """
+        return self._advance(ids, pending=True, completes=())
+
+    def bump_generation(
+        self, changed: Collection[str] | None = None, completes: Collection[str] = ()
+    ) -> None:
         """``get_collection``, an entry in the change feed, then ``modify``: a new token.
 
         The entry (in the collection ``window_retriever_changes-<collection id>``, see
-        :data:`FEED_PREFIX`) is the new token, the token it follows and the ids written (more
-        than :data:`FEED_IDS` are recorded as unknown: a reader rebuilds); it is written
-        before the token, so a reader that sees the token finds it. Entries older than
-        :data:`FEED_SECONDS` are deleted. If the feed cannot be written (logged), the token
-        is still stored: readers then rebuild. The metadata keeps everything but
-        ``hnsw:space`` (``modify`` refuses it; the configuration keeps it).
+        :data:`FEED_PREFIX`) is the new token, the token it follows, the ids written (more
+        than :data:`FEED_IDS` are recorded as unknown: a reader rebuilds) and the tokens of
+        the pending entries (:meth:`intend`) it completes; it is written before the token,
+        so a reader that sees the token finds it. Entries older than :data:`FEED_SECONDS`
+        are deleted. If the feed cannot be written (logged), the token is still stored:
+        readers then rebuild. The metadata keeps everything but ``hnsw:space`` (``modify``
+        refuses it; the configuration keeps it).
         """
+        self._advance(changed, pending=False, completes=completes)
+
+    def _advance(
+        self, changed: Collection[str] | None, *, pending: bool, completes: Collection[str]
+    ) -> str | None:
         from chromadb.errors import NotFoundError
 
         from window_retriever.keywords._lifecycle import GENERATION_KEY
@@ -145,67 +178,117 @@ class ChromaKeywordSource:
             try:
                 collection = self._client.get_collection(self.name)
             except NotFoundError:
-                return
+                return None
             metadata = dict(collection.metadata or {})
             token = uuid.uuid4().hex
-            self._record(collection, metadata.get(GENERATION_KEY), token, changed)
+            entry = _Entry(metadata.get(GENERATION_KEY), changed, pending, completes)
+            self._record(collection, token, entry)
             metadata.pop("hnsw:space", None)
             metadata[GENERATION_KEY] = token
             collection.modify(metadata=metadata)
+        return token
 
-    def _record(
-        self, collection: Any, previous: Any, token: str, changed: Collection[str] | None
-    ) -> None:
+    def _record(self, collection: Any, token: str, entry: _Entry) -> None:
         import orjson
 
-        written = "*" if changed is None or len(changed) > FEED_IDS else None
+        changed = entry.changed
+        unknown = changed is None or (not entry.pending and len(changed) > FEED_IDS)
         try:
             feed = self._client.get_or_create_collection(
                 FEED_PREFIX + str(collection.id), embedding_function=None
             )
             now = time.time()
+            metadata: dict[str, Any] = {
+                "prev": "" if entry.previous is None else str(entry.previous),
+                "at": now,
+                "pending": entry.pending,
+                "completes": " ".join(sorted(entry.completes)),
+            }
             feed.add(
                 ids=[token],
-                documents=[written or orjson.dumps(sorted(changed or ())).decode()],
-                metadatas=[{"prev": "" if previous is None else str(previous), "at": now}],
+                documents=["*" if unknown else orjson.dumps(sorted(changed or ())).decode()],
+                metadatas=[metadata],
                 embeddings=[[0.0]],
             )
-            feed.delete(where={"at": {"$lt": now - FEED_SECONDS}})
+            if not entry.pending:
+                feed.delete(where={"at": {"$lt": now - FEED_SECONDS}})
         except Exception as error:  # readers rebuild: the chain has a gap
             logger.warning("the keyword change feed of %r was not written: %s", self.name, error)
 
     def changes(self, since: str, until: str) -> set[str] | None:
-        """The ids the feed's entries from ``since`` to ``until`` name, or None (a gap)."""
-        import orjson
-        from chromadb.errors import NotFoundError
+        """The ids of every entry written after ``since``, or None (a gap, or one unknown).
 
+        Every entry that follows ``since``, directly or through others: the chain to
+        ``until``, and beside it the entries of writers that followed the same token (their
+        token was replaced by another's, their write was made all the same) or that were
+        killed before storing their token. Reading their records again costs a little more
+        and is never wrong. None when ``until`` cannot be reached from ``since`` (pruned, or
+        never written) or an entry holds unknown ids.
+        """
+        import orjson
+
+        feed = self._feed()
+        if feed is None:
+            return None
         with store_errors(self.vectorstore):
-            collection = self._collection or self._client.get_collection(self.name)
-            try:
-                feed = self._client.get_collection(FEED_PREFIX + str(collection.id))
-            except (NotFoundError, ValueError):
-                return None
             entries = feed.get(include=["metadatas"])
             following: dict[str, list[str]] = {}
             for token, metadata in zip(entries["ids"], entries["metadatas"] or [], strict=True):
                 following.setdefault(str((metadata or {}).get("prev", "")), []).append(token)
-            chain: list[str] = []
-            current = since
-            while current != until:
-                after = following.get(current, [])
-                if len(after) != 1 or len(chain) > len(entries["ids"]):
-                    return None  # pruned, never written, or two writers after one token
-                current = after[0]
-                chain.append(current)
-            if not chain:
+            reached: list[str] = []
+            frontier = [since]
+            while frontier:
+                for after in following.get(frontier.pop(), ()):
+                    if after not in reached:
+                        reached.append(after)
+                        frontier.append(after)
+            if until != since and until not in reached:
+                return None
+            if not reached:
                 return set()
-            found = feed.get(ids=chain, include=["documents"])
+            found = feed.get(ids=reached, include=["documents"])
         changed: set[str] = set()
         for text in found["documents"] or []:
             if not text or text == "*":
                 return None
             changed.update(orjson.loads(text))
-        return changed if len(found["ids"]) == len(chain) else None
+        return changed if len(found["ids"]) == len(reached) else None
+
+    def pending(self) -> dict[str, tuple[float, frozenset[str]]]:
+        """The feed's pending entries that no entry completes: token -> (recorded at, ids)."""
+        import orjson
+
+        feed = self._feed()
+        if feed is None:
+            return {}
+        with store_errors(self.vectorstore):
+            entries = feed.get(include=["metadatas"])
+            completed: set[str] = set()
+            begun: dict[str, float] = {}
+            for token, metadata in zip(entries["ids"], entries["metadatas"] or [], strict=True):
+                metadata = metadata or {}
+                completed.update(str(metadata.get("completes") or "").split())
+                if metadata.get("pending") is True:
+                    begun[token] = float(metadata.get("at") or 0.0)
+            open_ = sorted(set(begun) - completed)
+            if not open_:
+                return {}
+            found = feed.get(ids=open_, include=["documents"])
+        return {
+            token: (begun[token], frozenset(orjson.loads(text or "[]")))
+            for token, text in zip(found["ids"], found["documents"] or [], strict=True)
+        }
+
+    def _feed(self) -> Any:
+        """The collection's change feed, or None when there is none."""
+        from chromadb.errors import NotFoundError
+
+        with store_errors(self.vectorstore):
+            collection = self._collection or self._client.get_collection(self.name)
+            try:
+                return self._client.get_collection(FEED_PREFIX + str(collection.id))
+            except (NotFoundError, ValueError):
+                return None
 
     def records(self, ids: Sequence[str]) -> tuple[list[str], list[str], list[Mapping[str, Any]]]:
         """``get`` by ids (documents and metadatas), from the collection the last check found."""
@@ -297,17 +380,46 @@ def invalidate_keywords(vectorstore: Any, ids: Collection[str] | None = None) ->
     KeywordIndex.invalidate(ChromaKeywordSource(vectorstore), ids)
 
 
-def keyword_index(vectorstore: Any, *, check_interval: float | None = None) -> KeywordIndex:
+def keyword_index(
+    vectorstore: Any,
+    *,
+    check_interval: float | None = None,
+    reconcile_interval: float | None = None,
+) -> KeywordIndex:
     """The process's shared keyword index of a ``langchain_chroma.Chroma`` store's collection.
 
     Args:
         vectorstore: A ``langchain_chroma.Chroma`` store (embedded, in memory or a server).
         check_interval: Seconds between fingerprint checks (see ``KeywordIndex.for_source``).
+        reconcile_interval: Seconds between reconciliations in the background, which find
+            writes that bypassed the library (``math.inf``: never; see
+            ``KeywordIndex.for_source``).
     """
     from window_retriever.keywords._index import KeywordIndex
 
     source = ChromaKeywordSource(vectorstore)
-    return KeywordIndex.for_source(source, check_interval=check_interval)
+    return KeywordIndex.for_source(
+        source, check_interval=check_interval, reconcile_interval=reconcile_interval
+    )
+
+
+def reindex_keywords(vectorstore: Any) -> set[str]:
+    """Bring every process's keyword index of this collection in line with it, now.
+
+    For those who wrote around the library (a bare ``collection.update``, a restore from a
+    backup): every record is read and compared with the index; those that differ (added,
+    deleted, rewritten in place, even where the record count balances) are told to every
+    process, which reads them again at its next check. Without it, the background
+    reconciliation finds them within ``reconcile_interval``
+    (docs/how-it-works.md#writes-that-bypass-the-library).
+
+    Args:
+        vectorstore: A ``langchain_chroma.Chroma`` store (embedded, in memory or a server).
+
+    Returns:
+        The ids found to differ (empty when the index held the collection as it is).
+    """
+    return keyword_index(vectorstore).reconcile()
 
 
 def _client_and_name(vectorstore: Any) -> tuple[Any, str]:
