@@ -178,7 +178,7 @@ class KeywordIndex(KeptIndex):
         failure: BaseException | None = None
         for _attempt in range(2):
             snapshot = self._current()
-            if snapshot.engine is None or not words:
+            if snapshot is None or snapshot.engine is None or not words:
                 return []
             mask = None
             tree = compile_tree(where) if where_document is None else None
@@ -229,7 +229,7 @@ class KeywordIndex(KeptIndex):
     def refresh(self) -> None:
         """Check the collection now, its count too, and rebuild if it changed."""
         self._epoch = next(self._epochs)
-        self._current()
+        self._current(wait=True)
 
     def indexed(self, ids: Sequence[str]) -> dict[str, tuple[int, Mapping[str, Any]]] | None:
         """Each id's text length (characters) and metadata, as this index holds them.
@@ -387,7 +387,8 @@ class KeywordIndex(KeptIndex):
 
     def __len__(self) -> int:
         """How many chunks the current snapshot holds (checks the collection if due)."""
-        return len(self._current().rows)
+        snapshot = self._current(wait=True)
+        return 0 if snapshot is None else len(snapshot.rows)
 
     def _allowed(
         self,

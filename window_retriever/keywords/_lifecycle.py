@@ -78,6 +78,12 @@ DEFAULT_RECONCILE_INTERVAL = 600.0
 """Seconds between two reconciliations of an index with its collection (:meth:`KeptIndex.
 reconcile`): the bound on a write that bypassed this library and kept the record count."""
 
+INLINE_ROWS = 10_000
+"""A refresh (build or catch-up) of an index of at most this many rows runs in the search that
+found it due: under about a second (a build reads and indexes about 10k chunks a second on 2
+cores, docs/benchmarks.md). A larger one runs on a background thread while searches answer
+from the snapshot they have."""
+
 _CATCH_UP_ROWS = 1000
 """A catch-up that reads at most this many records (or a quarter of the rows) goes ahead."""
 
@@ -264,6 +270,8 @@ class KeptIndex:
         """Held while checking the fingerprint and building (a build takes seconds)."""
         self._stale: _Snapshot | None = None
         """The snapshot a check found the collection changed from (until it is replaced)."""
+        self._refreshing = False
+        """A refresh runs on a background thread (:meth:`_later`)."""
         self._clock: Callable[[], float] = time.monotonic
 
     @classmethod
@@ -311,23 +319,102 @@ class KeptIndex:
 
     # ---- keeping the snapshot current ------------------------------------------------------
 
-    def _current(self) -> _Snapshot:
+    def _current(self, *, wait: bool = False) -> _Snapshot | None:
+        """The snapshot to answer from, checked if a check is due; None while none is held.
+
+        A check is one cheap call, made here. What it finds to do, a refresh (load, catch-up,
+        build), runs here too while it is small (an index of at most :data:`INLINE_ROWS`
+        rows: under about a second); a larger one runs on a background thread and this call
+        answers from the snapshot it has, stale by that refresh's duration (None, before the
+        first build: the keyword leg then finds nothing, logged once). Never waits for a
+        refresh another thread runs. ``wait``: run whatever is due here, waiting for other
+        threads (``refresh``, ``reconcile``, ``len``).
+        """
         snapshot = self._snapshot
         if snapshot is not None and self._fresh(self._clock()):
             return snapshot
-        with self._lock:
+        if not wait and not self._enter():
+            return snapshot  # a refresh under way elsewhere: answer from what is held
+        if wait:
+            self._lock.acquire()
+        try:
             snapshot, started, epoch = self._snapshot, self._clock(), self._epoch
             if snapshot is not None and self._fresh(started):
                 return snapshot  # another thread checked while this one waited
             if snapshot is None:
-                snapshot = self._switch_to(self._read_fingerprint(started, epoch))
+                fingerprint = self._read_fingerprint(started, epoch)
+                if wait or fingerprint.count <= INLINE_ROWS:
+                    snapshot = self._switch_to(fingerprint)
+                else:
+                    snapshot = self._load(fingerprint) or self._first_later(fingerprint)
             elif (changed := self._changed(snapshot, started, epoch)) is not None:
-                snapshot = self._switch_to(changed)
+                if wait or max(len(snapshot.rows), changed.count) <= INLINE_ROWS:
+                    snapshot = self._switch_to(changed)
+                else:
+                    self._later()  # answered from the snapshot held, marked changed
             elif snapshot.unsettled:
                 snapshot = self._settle(snapshot)
-            self._checked_at, self._checked_epoch = started, epoch
-            _reconciler.schedule(self)
+            if snapshot is not None:
+                self._checked_at, self._checked_epoch = started, epoch
+                _reconciler.schedule(self)
             return snapshot
+        finally:
+            self._lock.release()
+
+    def _enter(self) -> bool:
+        """Take the lock unless a refresh runs in the background (then False, at once)."""
+        while not self._lock.acquire(timeout=0.05):
+            if self._refreshing:
+                return False
+        if self._refreshing:  # queued behind the lock: the refresh holds or will hold it
+            self._lock.release()
+            return False
+        return True
+
+    def _first_later(self, fingerprint: Fingerprint) -> _Snapshot | None:
+        """Before the first build of a large collection: a saved copy of any state, or None.
+
+        Under the lock. A saved copy behind the collection is served (stale) while the
+        background thread catches it up; with none, searches find nothing until the build.
+        """
+        held = self._load(fingerprint, exact=False)
+        if held is not None:
+            self.loads += 1
+            self._snapshot = self._stale = held
+        else:
+            logger.warning(
+                "the keyword index of %r (%d chunks) is being built in the background; until "
+                "it is ready keyword search finds nothing and hybrid retrieval uses the vector "
+                "leg alone",
+                self._source.key[-1],
+                fingerprint.count,
+            )
+        self._later()
+        return held
+
+    def _later(self) -> None:
+        """Start the refresh a check found due on a background thread (under the lock)."""
+        if self._refreshing:
+            return
+        self._refreshing = True
+        threading.Thread(
+            target=self._refresh_in_background, name="window-retriever-keywords", daemon=True
+        ).start()
+
+    def _refresh_in_background(self) -> None:
+        try:
+            with self._lock:
+                started, epoch = self._clock(), self._epoch
+                fingerprint = self._read_fingerprint(started, epoch)
+                snapshot = self._snapshot
+                if snapshot is None or snapshot.fingerprint != fingerprint:
+                    self._switch_to(fingerprint)
+                self._checked_at, self._checked_epoch = started, epoch
+        except Exception as error:  # the next due check tries again
+            logger.warning("the keyword index could not be refreshed: %s", error)
+        finally:
+            self._refreshing = False
+        _reconciler.schedule(self)
 
     def _fresh(self, now: float) -> bool:
         """Whether the last check still holds (no check is due).
@@ -532,7 +619,9 @@ class KeptIndex:
         Returns:
             The ids found to differ (empty when the index held the collection as it is).
         """
-        rows = self._current().rows
+        held = self._current(wait=True)
+        assert held is not None  # noqa: S101 - a waited check always holds a snapshot
+        rows = held.rows
         seen = np.zeros(len(rows), dtype=bool)
         differing: set[str] = set()
         for ids, documents, metadatas in self._source.pages(PAGE_SIZE):

@@ -1,0 +1,124 @@
+"""A search never waits for a refresh of a large index: it answers from the snapshot it has.
+
+The refresh (first build, catch-up) runs on a background thread; the source here blocks its
+reads on a gate the test opens only after the searches returned, so a search that waited for
+the refresh would still be blocked (the gate times out after ``GATE_SECONDS``) and find the
+refresh over when it returned.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import chromadb
+import pytest
+from langchain_chroma import Chroma
+from langchain_core.documents import Document
+from langchain_core.embeddings import DeterministicFakeEmbedding
+
+import window_retriever.keywords._lifecycle as lifecycle
+from window_retriever import WindowSplitter, add_chunks
+from window_retriever.keywords._index import KeywordIndex
+from window_retriever.stores._chroma_keywords import ChromaKeywordSource
+
+GATE_SECONDS = 10.0
+
+
+class Gated(ChromaKeywordSource):
+    """The collection's source, whose reads of records wait for ``gate`` once it is closed."""
+
+    def __init__(self, vectorstore: Any) -> None:
+        super().__init__(vectorstore)
+        self.gate = threading.Event()
+        self.gate.set()
+        self.blocked = threading.Event()
+
+    def _wait(self) -> None:
+        if not self.gate.is_set():
+            self.blocked.set()
+            self.gate.wait(GATE_SECONDS)
+
+    def pages(self, size: int) -> Iterator[Any]:
+        self._wait()
+        yield from super().pages(size)
+
+    def records(self, ids: Any) -> Any:
+        self._wait()
+        return super().records(ids)
+
+
+@pytest.fixture(autouse=True)
+def _every_refresh_in_the_background(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(lifecycle, "INLINE_ROWS", 0)  # as for a collection of a million
+
+
+def store_of(texts: list[str]) -> Chroma:
+    store = Chroma(
+        collection_name=f"background-{random.getrandbits(32):08x}",
+        client=chromadb.EphemeralClient(),
+        embedding_function=DeterministicFakeEmbedding(size=8),
+    )
+    documents = [Document(text, metadata={"source": f"p{i}"}) for i, text in enumerate(texts)]
+    add_chunks(store, WindowSplitter().split_documents(documents))
+    return store
+
+
+def eventually(found: Any, seconds: float = 20.0) -> Any:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if result := found():
+            return result
+        time.sleep(0.05)
+    raise AssertionError("the background refresh never finished")
+
+
+def test_the_first_search_answers_at_once_while_the_index_is_built(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    store = store_of(["The window budget grows.", "Chunks merge into windows."])
+    source = Gated(store)
+    index = KeywordIndex(source, check_interval=0, reconcile_interval=None)
+    source.gate.clear()
+
+    with caplog.at_level(logging.WARNING):
+        assert index.search("window budget", k=5) == []  # nothing yet, at once
+        assert source.blocked.wait(GATE_SECONDS)
+        assert index._refreshing  # the build still runs: the search did not wait for it
+        assert index.search("window budget", k=5) == []
+    building = [r for r in caplog.records if "being built in the background" in r.message]
+    assert len(building) == 1  # said once
+
+    source.gate.set()
+
+    hits = eventually(lambda: index.search("window budget", k=5))
+    assert len(hits) == 2
+
+
+def test_a_search_answers_from_the_snapshot_it_has_while_a_catch_up_runs() -> None:
+    store = store_of(["The window budget grows.", "Chunks merge into windows."])
+    source = Gated(store)
+    index = KeywordIndex(source, check_interval=0, reconcile_interval=None)
+    eventually(lambda: index.search("budget", k=5))
+    before = index.search("budget", k=5)
+    source.gate.clear()
+    pangolin = [Document("A pangolin budget appears.", metadata={"source": "new"})]
+    add_chunks(store, WindowSplitter().split_documents(pangolin))
+
+    answers: list[Any] = []
+    other = threading.Thread(target=lambda: answers.append(index.search("pangolin", k=5)))
+    assert index.search("budget", k=5) == before  # the snapshot it has
+    assert source.blocked.wait(GATE_SECONDS)
+    other.start()
+    other.join(GATE_SECONDS / 2)
+    assert answers == [[]]  # another thread did not wait either
+    assert index._refreshing  # the catch-up still runs
+
+    source.gate.set()
+
+    assert len(eventually(lambda: index.search("pangolin", k=5))) == 1
+    assert index.catch_ups == 1 and index.builds == 1
