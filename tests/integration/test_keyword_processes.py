@@ -311,10 +311,10 @@ def hold(*args):
     time.sleep(60)
 if point == "saving":  # the engine's files and the rows written, state.json not yet
     checksums = engine.checksums
-    def held_checksums(folder):
+    def held_checksums(folder, known=None):
         if ".tmp-" in folder.name:  # the save's, not a load's
             hold()
-        return checksums(folder)
+        return checksums(folder, known)
     engine.checksums = held_checksums
 else:  # the old copy moved aside, the new one not yet in its place
     rename = pathlib.Path.rename

@@ -681,18 +681,22 @@ def test_equal_scores_past_the_fetch_limit_are_still_ordered_by_row(k: int) -> N
     import numpy as np
 
     import window_retriever.keywords._engine as keyword
+    from window_retriever.keywords._rows import RowsBuilder
 
     tantivy = keyword._tantivy()
     index = tantivy.Index(keyword.Engine.schema())
     writer = index.writer(keyword._WRITER_HEAP, 1)
     rows = 600
+    builder = RowsBuilder()
+    for row in range(rows):
+        builder.add(f"{row:04d}", 9, "same word", {})
     for row in reversed(range(rows)):
         document = tantivy.Document()
         document.add_text("words", "same word")
-        document.add_unsigned("row", row)
+        document.add_unsigned("slot", row)
         writer.add_document(document)
     writer.commit()
-    engine = keyword.Engine(index)
+    engine = keyword.Engine(index, builder.rows())
     mask = np.ones(rows, dtype=bool)
     mask[[3, 4]] = False  # a filter, over-fetched (not searched within its rows)
     previous = keyword._SMALL_FILTER

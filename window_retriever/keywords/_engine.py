@@ -11,13 +11,14 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+import os
 import re
 import shutil
 import threading
 import time
 import uuid
 import zlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,9 +29,10 @@ from window_retriever.keywords._rows import Rows, RowsBuilder, digest
 
 logger = logging.getLogger("window_retriever.keywords._index")
 
-FORMAT = 5
+FORMAT = 6
 """The saved index's layout; another value (or other tokenizer settings) means rebuild (4: the
-rows as arrays, ``keywords._rows``; 5: each row's digest, and the writes not yet settled)."""
+rows as arrays, ``keywords._rows``; 5: each row's digest, and the writes not yet settled; 6:
+the engine keys its documents by slot, updated in place)."""
 
 TOKENIZER = {"stopwords": "en", "stemmer": "english", "lower": True, "pattern": r"(?u)\b\w\w+\b"}
 ENGINE = {"name": "tantivy", "version": "0.27", "k1": 1.2, "b": 0.75}
@@ -62,6 +64,10 @@ class Built:
     rows: Rows
     engine: Engine | None  # over the rows that hold at least one word; None if none does
     unsettled: Unsettled = field(default_factory=dict)
+    files: Mapping[str, list[int]] = field(default_factory=dict)
+    """Each saved file's size and CRC-32 (:func:`checksums`); empty for one in memory."""
+    deleted: int = 0
+    """Documents deleted from the engine since it was indexed anew (:func:`updated`)."""
 
 
 # ---- the words of a text ---------------------------------------------------------------------
@@ -118,11 +124,16 @@ class Engine:
     """A tantivy index of the rows that hold a word, and its searcher.
 
     Two fields: ``words`` (the row's stems, ranked by tantivy's BM25: k1 1.2, b 0.75) and
-    ``row`` (its row in the snapshot's ``ids``, a fast field).
+    ``slot`` (the row's slot, ``Rows.slots``: indexed, so a catch-up deletes by it, and a
+    fast field, read back as the row by ``Rows.by_slot``). ``path``: the folder it was
+    opened from, None in memory.
     """
 
-    def __init__(self, index: Any) -> None:
+    def __init__(self, index: Any, rows: Rows, path: Path | None = None) -> None:
         self.index = index
+        self.path = path
+        self.slots = rows.slots
+        self.by_slot = rows.by_slot()
         index.reload()  # the reader sees the last commit now, not after tantivy's delay
         self.searcher = index.searcher()
 
@@ -131,7 +142,7 @@ class Engine:
         tantivy = _tantivy()
         builder = tantivy.SchemaBuilder()
         builder.add_text_field("words", tokenizer_name="whitespace", index_option="freq")
-        builder.add_unsigned_field("row", indexed=True, fast=True)
+        builder.add_unsigned_field("slot", indexed=True, fast=True)
         return builder.build()
 
     def top(self, stems: list[str], k: int, mask: np.ndarray | None) -> list[tuple[int, float]]:
@@ -148,7 +159,8 @@ class Engine:
         if passing == 0:
             return []
         if mask is not None and passing is not None and passing <= _SMALL_FILTER:
-            rows = tantivy.Query.term_set_query(schema, "row", np.flatnonzero(mask).tolist())
+            slots = self.slots[np.flatnonzero(mask)].tolist()
+            rows = tantivy.Query.term_set_query(schema, "slot", slots)
             within = tantivy.Query.const_score_query(rows, 0.0)  # adds nothing to the score
             query = tantivy.Query.boolean_query(
                 [(tantivy.Occur.Must, query), (tantivy.Occur.Must, within)]
@@ -162,7 +174,8 @@ class Engine:
             limit = min(int(limit * len(mask) / passing * 1.5), held)
         while True:
             found = self.searcher.search(query, limit, count=False).hits
-            rows = self.searcher.fast_field_values("row", [address for _, address in found])
+            slots = self.searcher.fast_field_values("slot", [address for _, address in found])
+            rows = self.by_slot[np.asarray(slots, dtype=np.int64)].tolist()
             hits = sorted(
                 zip(rows, (score for score, _ in found), strict=True),
                 key=lambda hit: (-hit[1], hit[0]),
@@ -241,15 +254,7 @@ def build(
             temporary = target = None
     index = tantivy.Index(Engine.schema(), path=None if temporary is None else str(temporary))
     writer = index.writer(_WRITER_HEAP, 1)
-    indexed = 0
-    for row in range(len(rows)):
-        text = rows.words_at(row)
-        if text:
-            document = tantivy.Document()
-            document.add_text("words", text)
-            document.add_unsigned("row", row)
-            writer.add_document(document)
-            indexed += 1
+    indexed = _add(writer, rows, range(len(rows)))
     writer.commit()
     writer.wait_merging_threads()
     if temporary is not None and target is not None:
@@ -257,7 +262,113 @@ def build(
         if saved is None:  # not saved (logged): the same rows in memory
             return build(fingerprint, rows, None, unsettled)
         return saved
-    return Built(fingerprint, rows, Engine(index) if indexed else None, unsettled)
+    return Built(fingerprint, rows, Engine(index, rows) if indexed else None, unsettled)
+
+
+def _add(writer: Any, rows: Rows, which: Iterable[int]) -> int:
+    """Add each of the rows ``which`` that holds a word as a document; how many were added."""
+    tantivy = _tantivy()
+    added = 0
+    slots = rows.slots
+    for row in which:
+        text = rows.words_at(row)
+        if text:
+            document = tantivy.Document()
+            document.add_text("words", text)
+            document.add_unsigned("slot", int(slots[row]))
+            writer.add_document(document)
+            added += 1
+    return added
+
+
+def updated(
+    engine: Engine,
+    files: Mapping[str, list[int]],
+    fingerprint: Fingerprint,
+    rows: Rows,
+    removed: Sequence[int],
+    added: Sequence[int],
+    directory: Path | None,
+    unsettled: Unsettled | None = None,
+    deleted: int = 0,
+) -> Built | None:
+    """``engine`` with slots ``removed`` deleted and rows ``added`` of ``rows`` added.
+
+    The work of the change, not of the index; the result holds ``rows``.
+
+    Like Lucene's, tantivy's BM25 statistics count a deleted document until its segment is
+    merged, so the ranking can differ a little from a build of the same rows. A saved
+    engine is updated in a new folder whose unchanged files are hard links to the held
+    one's (tantivy never rewrites a file; ``files``: their checksums, not read again), then
+    saved as :func:`build` saves (the held folder, which other processes may have mapped, is
+    never written); one in memory is updated in place (the held snapshot's searcher keeps
+    seeing its own state). None, and the caller builds, where that cannot be done (a folder
+    that cannot be linked, one saved that is to be held in memory or the reverse).
+    """
+    tantivy = _tantivy()
+    unsettled = dict(unsettled or {})
+    target = None if directory is None else directory / fingerprint.collection_id
+    temporary = None
+    if engine.path is not None and target is not None:
+        temporary = target.parent / f".{target.name}.tmp-{uuid.uuid4().hex}"
+        try:
+            temporary.mkdir(parents=True)
+            _link_engine(engine.path, temporary)
+            index = tantivy.Index.open(str(temporary))
+        except BaseException as error:
+            shutil.rmtree(temporary, ignore_errors=True)
+            if not engine_failed(error):
+                raise
+            logger.warning("the keyword index could not be updated in place: %s", error)
+            return None
+    elif engine.path is None and target is None:
+        index = engine.index
+    else:
+        return None
+    writer = index.writer(_WRITER_HEAP, 1)
+    if removed:
+        gone = tantivy.Query.term_set_query(index.schema, "slot", [int(s) for s in removed])
+        writer.delete_documents_by_query(gone)
+    _add(writer, rows, added)
+    writer.commit()
+    writer.wait_merging_threads()
+    indexed = int(np.count_nonzero(np.diff(rows.words.ends, prepend=0)))
+    deleted += len(removed)
+    if temporary is not None and target is not None:
+        known = {name: files[name] for name in _linked(engine.path, temporary, files)}
+        return _saved(temporary, target, fingerprint, rows, indexed, unsettled, known, deleted)
+    fresh = Engine(index, rows) if indexed else None
+    return Built(fingerprint, rows, fresh, unsettled, deleted=deleted)
+
+
+_OWN_FILES = ("state.json", "columns.json")
+
+
+def _ours(name: str) -> bool:
+    """A file of the rows' or of the saved state, not of tantivy's (never linked)."""
+    return name in _OWN_FILES or name.endswith(".npy") or name.endswith(".lock")
+
+
+def _link_engine(source: Path, folder: Path) -> None:
+    """Hard-link every file of tantivy's in ``source`` into ``folder``."""
+    for path in source.iterdir():
+        if path.is_file() and not _ours(path.name):
+            os.link(path, folder / path.name)
+
+
+def _linked(source: Path | None, folder: Path, known: Mapping[str, list[int]]) -> list[str]:
+    """The files of ``folder`` still the very files of ``source`` that ``known`` checked.
+
+    The same inode: their checksums need not be read again.
+    """
+    if source is None:
+        return []
+    same = []
+    for name in known:
+        with contextlib.suppress(OSError):
+            if os.stat(folder / name).st_ino == os.stat(source / name).st_ino:
+                same.append(name)
+    return same
 
 
 # ---- saved beside an embedded store, or in the machine's cache for a server -------------------
@@ -270,6 +381,8 @@ def _saved(
     rows: Rows,
     indexed: int,
     unsettled: Unsettled,
+    known: Mapping[str, list[int]] | None = None,
+    deleted: int = 0,
 ) -> Built | None:
     """Move the index built in ``temporary`` to ``target`` whole or not at all; open it there.
 
@@ -284,12 +397,13 @@ def _saved(
         state = {"format": FORMAT, "tokenizer": TOKENIZER, "engine": ENGINE, "indexed": indexed}
         state["fingerprint"] = fingerprint.as_json()
         state["unsettled"] = {t: [at, sorted(ids)] for t, (at, ids) in unsettled.items()}
-        state["files"] = checksums(temporary)
+        state["deleted"] = deleted
+        state["files"] = files = checksums(temporary, known)
         (temporary / "state.json").write_bytes(orjson.dumps(state))  # last: marks it complete
         with contextlib.suppress(FileNotFoundError):
             target.rename(old)
         temporary.rename(target)
-        return _opened(target, fingerprint, indexed, unsettled)
+        return _opened(target, fingerprint, indexed, unsettled, files, deleted)
     except BaseException as error:
         if not engine_failed(error):
             raise
@@ -301,16 +415,21 @@ def _saved(
 
 
 def _opened(
-    target: Path, fingerprint: Fingerprint, indexed: int, unsettled: Unsettled
+    target: Path,
+    fingerprint: Fingerprint,
+    indexed: int,
+    unsettled: Unsettled,
+    files: Mapping[str, list[int]],
+    deleted: int = 0,
 ) -> Built | None:
     """The rows and engine saved at ``target`` (checked already), or None if they disagree."""
     rows = Rows.load(target)
     engine = None
     if indexed:
-        engine = Engine(_tantivy().Index.open(str(target)))
+        engine = Engine(_tantivy().Index.open(str(target)), rows, target)
         if engine.searcher.num_docs != indexed:
             return None
-    return Built(fingerprint, rows, engine, unsettled)
+    return Built(fingerprint, rows, engine, unsettled, files, deleted)
 
 
 def load(target: Path, fingerprint: Fingerprint, *, exact: bool = True) -> Built | None:
@@ -339,7 +458,8 @@ def load(target: Path, fingerprint: Fingerprint, *, exact: bool = True) -> Built
             str(token): (float(at), frozenset(map(str, ids)))
             for token, (at, ids) in state["unsettled"].items()
         }
-        return _opened(target, found, int(state["indexed"]), unsettled)
+        files, deleted = state["files"], int(state["deleted"])
+        return _opened(target, found, int(state["indexed"]), unsettled, files, deleted)
     except BaseException as error:  # none, damaged, or replaced
         if not (engine_failed(error) or isinstance(error, KeyError | TypeError | AttributeError)):
             raise
@@ -366,16 +486,20 @@ def _sweep(target: Path, own: Path) -> None:
                 shutil.rmtree(left, ignore_errors=True)
 
 
-def checksums(folder: Path) -> dict[str, list[int]]:
+def checksums(folder: Path, known: Mapping[str, list[int]] | None = None) -> dict[str, list[int]]:
     """Each saved file's size and CRC-32 (tantivy checks no checksum when it opens an index).
 
     Every file but ``state.json`` (which holds these) and tantivy's empty lock files; a file
     damaged, truncated, missing or added since the save gives other values. Read a block at a
-    time (a large index is never held whole in memory).
+    time (a large index is never held whole in memory). ``known``: files already checked (the
+    links of an update in place), taken as they are.
     """
     found: dict[str, list[int]] = {}
     for path in sorted(folder.iterdir()):
         if path.name == "state.json" or path.name.endswith(".lock") or not path.is_file():
+            continue
+        if known and path.name in known:
+            found[path.name] = list(known[path.name])
             continue
         size = crc = 0
         with path.open("rb") as file:

@@ -41,6 +41,7 @@ from window_retriever.keywords._engine import (
     add_records,
     build,
     load,
+    updated,
 )
 from window_retriever.keywords._rows import Rows, RowsBuilder, digest
 
@@ -83,6 +84,17 @@ INLINE_ROWS = 10_000
 found it due: under about a second (a build reads and indexes about 10k chunks a second on 2
 cores, docs/benchmarks.md). A larger one runs on a background thread while searches answer
 from the snapshot they have."""
+
+REINDEX_ROWS = 10_000
+"""A catch-up of an index of at most this many rows indexes them all anew (exact BM25
+statistics, under a second); a larger index's engine is updated in place, by the documents of
+the rows that changed (tantivy, like Lucene, counts a deleted document in its statistics until
+its segment is merged: docs/how-it-works.md)."""
+
+_DELETED_SHARE = 0.25
+"""An engine updated in place is indexed anew once the documents deleted from it since pass
+this share of its rows (tantivy merges most of them away before: a bound on the drift of its
+BM25 statistics from a fresh build's)."""
 
 _CATCH_UP_ROWS = 1000
 """A catch-up that reads at most this many records (or a quarter of the rows) goes ahead."""
@@ -203,10 +215,21 @@ class _Snapshot:
     """When Chroma last refused a search by its ids (:meth:`KeywordIndex.distrust`)."""
     unsettled: Unsettled = field(default_factory=dict)
     """Writes begun but not finished when its rows were read: read again at every check."""
+    files: Mapping[str, list[int]] = field(default_factory=dict)
+    """Its saved files' checksums (``keywords._engine.checksums``); empty in memory."""
+    deleted: int = 0
+    """Documents deleted from its engine since it was indexed anew."""
 
     @classmethod
     def of(cls, built: Built) -> _Snapshot:
-        return cls(built.fingerprint, built.rows, built.engine, unsettled=built.unsettled)
+        return cls(
+            built.fingerprint,
+            built.rows,
+            built.engine,
+            unsettled=built.unsettled,
+            files=built.files,
+            deleted=built.deleted,
+        )
 
 
 @dataclass(slots=True)
@@ -258,6 +281,8 @@ class KeptIndex:
         """How many times this index was loaded from its saved copy."""
         self.catch_ups = 0
         """How many times this index applied the change feed instead of rebuilding."""
+        self.engine_adds = self.engine_deletes = 0
+        """Documents the engine was given and had deleted by updates in place."""
         self._snapshot: _Snapshot | None = None
         self._checked_at = self._counted_at = -math.inf
         """When the last check began, and the last that read the count (the whole fingerprint)."""
@@ -495,12 +520,62 @@ class KeptIndex:
         ids = sorted(changed)
         records = self._source.records(ids)
         unsettled = self._unsettled(held.unsettled, started)
-        rows = _replaced(held.rows, ids, records, count=fingerprint.count)
-        if rows is None:
-            return None
-        snapshot = _Snapshot.of(build(fingerprint, rows, self.directory, unsettled))
-        self.catch_ups += 1
+        snapshot = self._applied(held, fingerprint, ids, records, unsettled, count=True)
+        self.catch_ups += snapshot is not None
         return snapshot
+
+    def _applied(
+        self,
+        held: _Snapshot,
+        fingerprint: Fingerprint,
+        ids: Sequence[str],
+        records: tuple[list[str], list[str], list[Mapping[str, Any]]],
+        unsettled: Unsettled,
+        *,
+        count: bool,
+    ) -> _Snapshot | None:
+        """``held`` with every row of ``ids`` replaced by its record as read (or dropped).
+
+        Over :data:`REINDEX_ROWS` rows the engine is updated in place, by the documents of
+        those rows alone (``keywords._engine.updated``); else indexed anew from the rows
+        (exact BM25 statistics, under a second). ``count``: None when the result would not
+        hold as many records as ``fingerprint`` (a writer that bypassed the library: the
+        caller rebuilds).
+        """
+        rows = held.rows
+        found_ids, documents, metadatas = records
+        kept = np.ones(len(rows), dtype=bool)
+        found = rows.rows_of(ids)
+        gone = found[found >= 0]
+        kept[gone] = False
+        if count and int(np.count_nonzero(kept)) + len(found_ids) != fingerprint.count:
+            return None
+        builder = RowsBuilder()
+        add_records(builder, found_ids, documents, metadatas)
+        added = builder.rows()
+        engine = held.engine if len(rows) > REINDEX_ROWS else None
+        if engine is not None and held.deleted + len(gone) <= len(rows) * _DELETED_SHARE:
+            first = rows.next_slot
+            merged = rows.merged(kept, added, first_slot=first)
+            new = np.flatnonzero(merged.slots >= first).tolist()
+            removed = rows.slots[gone].tolist()
+            built = updated(
+                engine,
+                held.files,
+                fingerprint,
+                merged,
+                removed,
+                new,
+                self.directory,
+                unsettled,
+                held.deleted,
+            )
+            if built is not None:
+                self.engine_deletes += len(removed)
+                self.engine_adds += len(new)
+                return _Snapshot.of(built)
+        merged = rows.merged(kept, added)
+        return _Snapshot.of(build(fingerprint, merged, self.directory, unsettled))
 
     def _unsettled(self, held: Unsettled, started: float) -> Unsettled:
         """The pending writes to read again, from the feed.
@@ -532,11 +607,19 @@ class KeptIndex:
         if not differing:
             snapshot.unsettled = remaining
             return snapshot
-        rows = _replaced(snapshot.rows, ids, records, count=None)
-        assert rows is not None  # noqa: S101 - no count to disagree with
-        self._snapshot = _Snapshot.of(build(snapshot.fingerprint, rows, self.directory, remaining))
+        ids = sorted(differing)
+        found_ids, documents, metadatas = records
+        keep = [i for i, chunk_id in enumerate(found_ids) if chunk_id in differing]
+        read = (
+            [found_ids[i] for i in keep],
+            [documents[i] for i in keep],
+            [metadatas[i] for i in keep],
+        )
+        settled = self._applied(snapshot, snapshot.fingerprint, ids, read, remaining, count=False)
+        assert settled is not None  # noqa: S101 - no count to disagree with
+        self._snapshot = settled
         self.catch_ups += 1
-        return self._snapshot
+        return settled
 
     def _checked(self) -> _Snapshot | None:
         """The snapshot if it is the collection's as last checked (checked now if due); or None.
@@ -660,29 +743,6 @@ def _differing(
         else:
             differing.add(chunk_id)
     return differing
-
-
-def _replaced(
-    rows: Rows,
-    ids: Sequence[str],
-    records: tuple[list[str], list[str], list[Mapping[str, Any]]],
-    *,
-    count: int | None,
-) -> Rows | None:
-    """``rows`` with every row of ``ids`` replaced by its record as read (or dropped).
-
-    None when the result would not hold ``count`` records (a writer that bypassed the
-    library: the caller rebuilds).
-    """
-    found_ids, documents, metadatas = records
-    kept = np.ones(len(rows), dtype=bool)
-    found = rows.rows_of(ids)
-    kept[found[found >= 0]] = False
-    if count is not None and int(np.count_nonzero(kept)) + len(found_ids) != count:
-        return None
-    builder = RowsBuilder()
-    add_records(builder, found_ids, documents, metadatas)
-    return rows.merged(kept, builder.rows())
 
 
 class _Reconciler:

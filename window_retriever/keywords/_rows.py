@@ -101,9 +101,22 @@ class Rows:
         columns: For each metadata key with few values: a code per row (-1: the row has no
             such key) and the values the codes name.
         wide: The keys with too many values for a column (decided row by row).
+        slots: Each row's key in the keyword engine (``keywords._engine``): it stays with
+            its chunk while rows come and go around it, so the engine is updated in place;
+            None for ``0 .. len - 1``.
     """
 
-    __slots__ = ("columns", "digests", "ids", "lengths", "metadata", "wide", "words")
+    __slots__ = (
+        "_by_slot",
+        "columns",
+        "digests",
+        "ids",
+        "lengths",
+        "metadata",
+        "slots",
+        "wide",
+        "words",
+    )
 
     def __init__(
         self,
@@ -114,8 +127,11 @@ class Rows:
         words: Blob,
         columns: Mapping[str, tuple[np.ndarray, list[Any]]],
         wide: frozenset[str],
+        slots: np.ndarray | None = None,
     ) -> None:
         self.ids = ids
+        self.slots = np.arange(len(ids), dtype=np.int64) if slots is None else slots
+        self._by_slot: np.ndarray | None = None
         self.lengths = lengths
         self.digests = digests
         self.metadata = metadata
@@ -125,6 +141,19 @@ class Rows:
 
     def __len__(self) -> int:
         return len(self.ids)
+
+    @property
+    def next_slot(self) -> int:
+        """The first slot no row holds past every one that does."""
+        return int(self.slots.max()) + 1 if len(self.slots) else 0
+
+    def by_slot(self) -> np.ndarray:
+        """Each slot's row, -1 for a slot no row holds (made once, on first use)."""
+        if self._by_slot is None:
+            by_slot = np.full(self.next_slot, -1, dtype=np.int64)
+            by_slot[self.slots] = np.arange(len(self.slots))
+            self._by_slot = by_slot
+        return self._by_slot
 
     def id(self, row: int) -> str:
         return _decode_id(self.ids[row])
@@ -157,10 +186,12 @@ class Rows:
     def words_at(self, row: int) -> str:
         return self.words[row].decode()
 
-    def merged(self, kept: np.ndarray, added: Rows) -> Rows:
+    def merged(self, kept: np.ndarray, added: Rows, first_slot: int | None = None) -> Rows:
         """The rows ``kept`` passes and every row of ``added`` (other ids), in id order.
 
-        What a catch-up holds: array operations, no loop over the rows kept.
+        What a catch-up holds: array operations, no loop over the rows kept. ``first_slot``:
+        the rows kept keep their slots and those added take slots from it on (an engine
+        updated in place); None: every row's slot is its row (an engine indexed anew).
         """
         rows = np.flatnonzero(kept)
         held_ids = self.ids[rows]
@@ -174,6 +205,11 @@ class Rows:
         lengths[~from_added], lengths[from_added] = self.lengths[rows], added.lengths
         digests = np.empty(total, dtype=np.uint64)
         digests[~from_added], digests[from_added] = self.digests[rows], added.digests
+        slots = None
+        if first_slot is not None:
+            slots = np.empty(total, dtype=np.int64)
+            slots[~from_added] = self.slots[rows]
+            slots[from_added] = first_slot + np.arange(len(added), dtype=np.int64)
         wide = self.wide | added.wide
         columns = {}
         for key in sorted((self.columns.keys() | added.columns.keys()) - wide):
@@ -205,6 +241,7 @@ class Rows:
             Blob.merged(self.words, rows, added.words, from_added),
             columns,
             wide,
+            slots,
         )
 
     def mask(self, tree: Tree) -> np.ndarray:
@@ -248,6 +285,7 @@ class Rows:
         np.save(folder / "ids.npy", self.ids)
         np.save(folder / "lengths.npy", self.lengths)
         np.save(folder / "digests.npy", self.digests)
+        np.save(folder / "slots.npy", self.slots)
         for name, blob in (("metadata", self.metadata), ("words", self.words)):
             np.save(folder / f"{name}.npy", blob.data)
             np.save(folder / f"{name}-ends.npy", blob.ends)
@@ -279,10 +317,12 @@ class Rows:
             Blob(mapped("words.npy"), mapped("words-ends.npy")),
             columns,
             frozenset(described["wide"]),
+            mapped("slots.npy"),
         )
         sizes = {
             len(rows.lengths),
             len(rows.digests),
+            len(rows.slots),
             len(rows.metadata.ends),
             len(rows.words.ends),
         }

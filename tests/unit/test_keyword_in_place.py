@@ -1,0 +1,135 @@
+"""A catch-up of a large index updates its engine in place, by the changed documents alone.
+
+``REINDEX_ROWS`` is set to 0 here, as for a collection past it. The engine's adds and deletes
+are counted; what the index finds is compared with an index built from scratch over the same
+collection: the same chunks for every query (the BM25 statistics count a deleted document
+until its segment merges, so scores may differ a little, never the set of matches).
+"""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+from typing import Any
+
+import chromadb
+import pytest
+from langchain_chroma import Chroma
+from langchain_core.documents import Document
+from langchain_core.embeddings import DeterministicFakeEmbedding
+from langchain_text_splitters import RecursiveCharacterTextSplitter
+
+import window_retriever.keywords._lifecycle as lifecycle
+from window_retriever import WindowSplitter, add_chunks, sync_file
+from window_retriever.ingestion._prune import remove_file
+from window_retriever.keywords._index import KeywordIndex
+from window_retriever.stores._chroma_keywords import ChromaKeywordSource
+
+WORDS = ["window", "chunk", "budget", "merge", "store", "query", "answer", "table", "sentence"]
+QUERIES = ["window budget", "merge table", "rare1 rare2", "sentence", "pangolin"]
+
+
+@pytest.fixture(autouse=True)
+def _every_index_updated_in_place(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(lifecycle, "REINDEX_ROWS", 0)
+
+
+class Scratch(ChromaKeywordSource):
+    """The same collection, indexed from scratch: no saved copy, no feed."""
+
+    @property
+    def index_directory(self) -> Path | None:
+        return None
+
+    def changes(self, since: str, until: str) -> set[str] | None:
+        return None
+
+
+def page(rng: random.Random, source: str, extra: str = "") -> Document:
+    words = [rng.choice(WORDS) for _ in range(rng.randint(60, 120))]
+    words += [f"rare{rng.randint(0, 5)}" for _ in range(2)]
+    return Document(" ".join(words) + extra, metadata={"source": source})
+
+
+def split(documents: list[Document]) -> list[Document]:
+    splitter = RecursiveCharacterTextSplitter(chunk_size=200, chunk_overlap=0)
+    return WindowSplitter(splitter).split_documents(documents)
+
+
+def matches(index: KeywordIndex) -> list[set[str]]:
+    return [{chunk_id for chunk_id, _ in index.search(query, k=1000)} for query in QUERIES]
+
+
+@pytest.mark.parametrize("kind", ["disk", "memory"])
+def test_a_catch_up_adds_and_deletes_only_the_changed_documents(
+    tmp_path: Path, kind: str
+) -> None:
+    rng = random.Random(7)
+    client: Any = (
+        chromadb.PersistentClient(path=str(tmp_path / "db"))
+        if kind == "disk"
+        else chromadb.EphemeralClient()
+    )
+    store = Chroma(
+        collection_name=f"in-place-{kind}",
+        client=client,
+        embedding_function=DeterministicFakeEmbedding(size=8),
+    )
+    add_chunks(store, split([page(rng, f"p{i}") for i in range(30)]))
+    index = KeywordIndex(ChromaKeywordSource(store), check_interval=0, reconcile_interval=None)
+    before = matches(index)
+    held = index._snapshot
+    assert held is not None and index.builds == 1
+
+    rewritten = split([page(rng, "p0", " pangolin")])  # same source: new text, same ids
+    added = split([page(rng, "n1", " pangolin")])
+    removed = split([page(random.Random(0), "p1")])[0].metadata["file_id"]
+    sync_file(store, rewritten)
+    add_chunks(store, added)
+    gone = len(store.get(where={"file_id": removed})["ids"])
+    remove_file(store, removed)
+
+    after = matches(index)
+
+    assert index.builds == 1 and index.catch_ups == 1
+    assert index.engine_adds == len(rewritten) + len(added)
+    assert index.engine_deletes == len(rewritten) + gone
+    assert after == matches(KeywordIndex(Scratch(store), reconcile_interval=None))
+    assert after[-1] and not before[-1]  # the new word found
+    assert matches_of(held) == before  # the old snapshot still answers as it did
+    if kind == "disk":  # a new process loads the updated copy, exactly
+        other = KeywordIndex(ChromaKeywordSource(store), reconcile_interval=None)
+        assert matches(other) == after
+        assert (other.loads, other.builds) == (1, 0)
+
+
+def matches_of(snapshot: Any) -> list[set[str]]:
+    from window_retriever.keywords._engine import stems
+
+    found = []
+    for query in QUERIES:
+        hits = snapshot.engine.top(stems(query), 1000, None)
+        found.append({snapshot.rows.id(row) for row, _ in hits})
+    return found
+
+
+def test_an_engine_that_deleted_a_quarter_of_its_rows_is_indexed_anew(tmp_path: Path) -> None:
+    rng = random.Random(3)
+    store = Chroma(
+        collection_name="in-place-compact",
+        client=chromadb.EphemeralClient(),
+        embedding_function=DeterministicFakeEmbedding(size=8),
+    )
+    add_chunks(store, split([page(rng, f"p{i}") for i in range(4)]))
+    index = KeywordIndex(ChromaKeywordSource(store), check_interval=0, reconcile_interval=None)
+    matches(index)
+    rewrites = 0
+    for _ in range(3):
+        chunks = split([page(rng, "p0", " pangolin")])
+        rewrites += len(chunks)
+        sync_file(store, chunks)
+        matches(index)
+    assert index._snapshot is not None
+    assert index._snapshot.deleted <= len(index._snapshot.rows) * lifecycle._DELETED_SHARE
+    assert index.catch_ups == 3
+    assert 0 < index.engine_deletes < rewrites  # in place, then indexed anew once
