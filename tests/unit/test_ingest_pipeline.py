@@ -212,13 +212,24 @@ def test_an_interrupt_finishes_the_page_being_written_and_starts_no_other(
     collection = store._collection
     upsert = collection.upsert
 
+    p0_writing = threading.Event()
+
     def held_upsert(**kwargs: Any) -> Any:
         if "Page p0" in kwargs["documents"][0]:
+            p0_writing.set()
             assert stopping.wait(timeout=5)  # still writing p0 when the interrupt comes
             time.sleep(0.2)  # and for a while after: the interrupt must wait for it
         return upsert(**kwargs)
 
     monkeypatch.setattr(collection, "upsert", held_upsert)
+    put = pipeline.Writer.put
+
+    def queued_behind_p0(self: Any, write: Any) -> None:
+        if write.name == "p1":  # queued once the writer took p0 alone (not batched with it)
+            assert p0_writing.wait(timeout=5)
+        put(self, write)
+
+    monkeypatch.setattr(pipeline.Writer, "put", queued_behind_p0)
     plan = pipeline.plan_file
 
     def interrupted_plan(vectorstore: Any, chunks: list[Document], *args: Any, **kw: Any) -> Any:
