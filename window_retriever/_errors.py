@@ -22,15 +22,20 @@ OptionName = Literal[
     "collection",
     "database",
     "db",
+    "expansion",
     "file_id_keys",
+    "k",
+    "keyword_weight",
     "max_bytes",
     "selectors",
     "tenant",
     "timeout",
     "token",
     "token_header",
+    "total_budget",
     "url",
     "wait",
+    "window_budget",
 ]
 """Every option a message can name. A front end must say each (the CLI's test checks it)."""
 

@@ -105,12 +105,19 @@ CASES = [
         id="chain",
     ),
     pytest.param(
-        "docs/cli.md, window-retriever query ... -k 2 --window-budget 500",
+        "docs/cli.md, window-retriever query (by default --total-budget 2000)",
+        ELSE,
+        {"total_budget": 2000},
+        ELSE_ANSWER,
+        id="query-command",
+    ),
+    pytest.param(  # what docs/cli.md says of the old default: it misses the answer
+        "docs/cli.md, window-retriever query ... --total-budget none -k 2 --window-budget 500",
         ELSE,
         {"k": 2, "window_budget": 500},
         ELSE_ANSWER,
         marks=MISSES_ELSE,
-        id="query-command",
+        id="query-total-budget-none",
     ),
     pytest.param(
         "README, Usage (on guide.txt; checked on the bundled pages)",

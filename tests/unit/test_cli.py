@@ -106,7 +106,35 @@ def test_no_command_prints_usage_and_fails(capsys: pytest.CaptureFixture[str]) -
         ),
         (
             ["query", "q", "-k", "0"],
-            "k (the number of windows to return) must be a positive integer, got 0",
+            "-k (the number of windows to return) must be a positive integer, got 0",
+        ),
+        (
+            ["query", "q", "--total-budget", "-5"],
+            "--total-budget (the most all windows may measure together) must be a positive "
+            "integer, got -5",
+        ),
+        (
+            ["query", "q", "--total-budget", "none", "--window-budget", "0"],
+            "--window-budget (the largest length of one window) must be a positive integer, got 0",
+        ),
+        (
+            ["query", "q", "--keyword-weight", "500"],
+            "--keyword-weight must be a number from 0 to 100, got 500.0",
+        ),
+        (
+            ["query", ""],
+            'the question is empty (an unset shell variable?); ask one, e.g. "How do I close a '
+            'file?"',
+        ),
+        (
+            ["query", "  \t"],
+            'the question is empty (an unset shell variable?); ask one, e.g. "How do I close a '
+            'file?"',
+        ),
+        (
+            ["demo", " "],
+            'the question is empty (an unset shell variable?); ask one, e.g. "How do I close a '
+            'file?"',
         ),
         (
             ["query", "q", "--budget", "300"],
@@ -131,10 +159,16 @@ def test_no_command_prints_usage_and_fails(capsys: pytest.CaptureFixture[str]) -
             "--json /no/such/folder/out.json: cannot write there",
         ),
         (
-            ["query", "q", "--expansion", "adaptive"],
-            "--expansion adaptive shares one budget between windows: give --total-budget N",
+            ["query", "q", "--expansion", "adaptive", "--total-budget", "none"],
+            "--expansion adaptive shares one budget between windows: give --total-budget N "
+            "rather than none",
         ),
         (["demo", "--total-budget", "0"], "--total-budget must be at least 1, got 0"),
+        (
+            ["demo", "--total-budget", "none"],
+            "the demo compares plain chunks and windows at one --total-budget: give a number, "
+            "e.g. --total-budget 2000",
+        ),
     ],
 )
 def test_bad_arguments_fail_with_one_line(
@@ -145,7 +179,8 @@ def test_bad_arguments_fail_with_one_line(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.chdir(tmp_path)
-    if argv[0] == "query" and "-k" in argv:  # needs a store to get as far as the retriever
+    if argv[0] == "query" and {"-k", "--total-budget", "--keyword-weight"} & {*argv}:
+        # needs a store to get as far as the retriever (a usage error stops before it)
         main(["ingest", str(_note(tmp_path)), "--db", "chroma-db"])
         capsys.readouterr()
     assert fails(argv, capsys) == f"window-retriever: error: {message}"
@@ -254,6 +289,11 @@ def test_a_directory_is_walked(tmp_path: Path, capsys: pytest.CaptureFixture[str
             "argument --chunk-size: invalid int value: 'big' (see 'window-retriever ingest --help')",
         ),
         (["frobnicate"], "argument COMMAND: invalid choice: 'frobnicate'"),
+        (
+            ["query", "q", "--total-budget", "lots"],
+            "argument --total-budget: takes a whole number of characters or none, got 'lots' "
+            "(see 'window-retriever query --help')",
+        ),
     ],
 )
 def test_usage_errors_are_one_line(
@@ -452,3 +492,85 @@ def test_reindex_finds_an_outside_rewrite_and_refuses_a_missing_store(
     line = fails(["reindex", "--db", str(tmp_path / "none")], capsys)
     assert line.startswith(f"window-retriever: error: no store at {tmp_path / 'none'}/")
     assert not (tmp_path / "none").exists()
+
+
+# ---- the first hour of a new user (issue 41) -------------------------------------------------
+
+
+def test_query_runs_the_best_configuration_by_default_and_none_gives_the_old_windows(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The default is ``--total-budget 2000`` (hybrid hits, adaptive windows); ``none`` is 0.1's
+    ``-k`` windows of ``--window-budget`` each, and ``--help`` says so."""
+    assert build_parser().parse_args(["query", "q"]).total_budget == 2000
+    assert build_parser().parse_args(["query", "q", "--total-budget", "None"]).total_budget is None
+    query = commands()["query"]
+    assert "2000" in query.format_help() and "--total-budget none" in query.format_help()
+    db = tmp_path / "db"
+    assert main(["ingest", str(_pages(tmp_path)), "--db", str(db)]) == 0
+    capsys.readouterr()
+    question = ["query", "How do bees make honey?", "--db", str(db), "--json"]
+
+    assert main(question) == 0
+    default = json.loads(capsys.readouterr().out)
+    assert default and sum(len(doc["text"]) for doc in default) <= 2000
+    assert all("hit_ranks" in doc["metadata"] for doc in default)  # hybrid candidates
+
+    assert main([*question, "--total-budget", "none"]) == 0
+    blind = json.loads(capsys.readouterr().out)
+    assert blind and not any("hit_ranks" in doc["metadata"] for doc in blind)  # vector hits
+    assert sum(len(doc["text"]) for doc in blind) > 2000  # -k 4 windows of up to 1200 each
+
+
+def test_eval_says_a_window_configurations_options_in_the_library_words(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """In ``--configs 'window:keyword_weight=500'`` the user typed the library's name."""
+    db = tmp_path / "db"
+    assert main(["ingest", str(_note(tmp_path)), "--db", str(db)]) == 0
+    questions = tmp_path / "q.jsonl"
+    questions.write_text('{"question": "bees?", "answer": "bees"}\n', encoding="utf-8")
+    capsys.readouterr()
+    argv = ["eval", str(questions), "--db", str(db), "--configs", "window:keyword_weight=500"]
+    line = fails(argv, capsys)
+    assert line == (
+        "window-retriever: error: keyword_weight must be a number from 0 to 100, got 500.0"
+    )
+
+
+def test_ingest_progress_never_goes_backwards_as_sources_are_read() -> None:
+    """Pages are read while others are written, so the chunks planned grow as the bar runs."""
+    import io
+
+    from window_retriever.cli._terminal import Progress, Share
+
+    share = Share(4)
+    said = []
+    for chunks in (10, 30, 5, 20):  # each page planned, then written in two halves
+        share.plan(chunks)
+        said.append(share.value())
+        share.write(chunks // 2)
+        said.append(share.value())
+        share.write(chunks - chunks // 2)
+        share.source_done()
+        said.append(share.value())
+    assert said == sorted(said) and said[-1] == 1.0
+    halfway = Share(4)  # the sources not read yet are estimated as those read so far
+    halfway.plan(10)
+    halfway.write(5)
+    assert halfway.value() == pytest.approx(5 / 40)
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    shown = []
+    with Progress(Terminal()) as progress:
+        progress.start(3)
+        for step in ("p60", "w50", "p100", "w10", "d", "p0", "d", "w100", "d"):
+            kind, number = step[0], int(step[1:] or 0)
+            {"p": progress.planned, "w": progress.written}.get(kind, lambda _: None)(number)
+            if kind == "d":
+                progress.source_done()
+            shown.append(progress.bar.n)
+    assert shown == sorted(shown) and shown[-1] == 1000

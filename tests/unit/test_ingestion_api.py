@@ -97,3 +97,46 @@ def test_a_file_named_on_its_own_and_emptied_no_longer_answers(
     assert [e for e in summary.events if isinstance(e, Pruned)] == [Pruned(str(note), stored)]
     left = {(m["source"], m["tenant"]) for m in store.get(include=["metadatas"])["metadatas"]}
     assert left == {(str(other), "a"), (str(note), "b")}  # tenant b's copy is not tenant a's
+
+
+def test_a_source_may_be_a_path_and_one_source_alone_is_not_its_characters(
+    make_store: Callable[..., Chroma], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    folder = folder_with(tmp_path, bees="Bees make honey. " * 40)
+    monkeypatch.chdir(tmp_path)
+    store = make_store()
+    summary = ingest(store, "docs")  # one source: never "d", "o", "c", "s"
+    assert (summary.sources, summary.added, summary.failed) == (1, 1, 0)
+    assert ingest(store, folder).unchanged == 1
+    assert ingest(store, [folder / "bees.txt"]).unchanged == 1
+    with pytest.raises(ConfigurationError, match="a source is a URL, a file or a directory"):
+        ingest(store, [42])  # type: ignore[list-item]
+
+
+def test_progress_is_told_of_every_source_read_so_it_can_estimate_the_whole(
+    make_store: Callable[..., Chroma], tmp_path: Path
+) -> None:
+    """One ``planned`` a source (0 where it has nothing to write): the count of sources read,
+    which a progress bar needs to estimate the chunks of those not read yet."""
+
+    class Told:
+        def __init__(self) -> None:
+            self.chunks: list[int] = []
+
+        def planned(self, chunks: int) -> None:
+            self.chunks.append(chunks)
+
+        def written(self, chunks: int) -> None:
+            pass
+
+    folder = folder_with(
+        tmp_path, bees="Bees make honey. " * 40, empty="", snails="Snails are slow. " * 40
+    )
+    store = make_store()
+    for run in range(2):
+        told = Told()
+        summary = ingest(store, [str(folder)], progress=told)
+        assert len(told.chunks) == summary.sources == 3
+        assert sum(told.chunks) == summary.written
+        zeros = (1, True) if run == 0 else (3, False)  # the empty file; then all unchanged
+        assert (told.chunks.count(0), summary.written > 0) == zeros

@@ -61,9 +61,7 @@ def matches(index: KeywordIndex) -> list[set[str]]:
 
 
 @pytest.mark.parametrize("kind", ["disk", "memory"])
-def test_a_catch_up_adds_and_deletes_only_the_changed_documents(
-    tmp_path: Path, kind: str
-) -> None:
+def test_a_catch_up_adds_and_deletes_only_the_changed_documents(tmp_path: Path, kind: str) -> None:
     rng = random.Random(7)
     client: Any = (
         chromadb.PersistentClient(path=str(tmp_path / "db"))

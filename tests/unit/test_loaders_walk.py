@@ -211,3 +211,19 @@ def test_the_encoding_is_recorded_only_when_not_utf8(tmp_path: Path) -> None:
 def test_a_file_without_text_is_empty(tmp_path: Path, name: str, data: bytes) -> None:
     (tmp_path / name).write_bytes(data)
     assert load_file(tmp_path / name).error == EMPTY
+
+
+# ---- paths as a user passes them -----------------------------------------------------------------
+
+
+def test_load_file_takes_a_str_as_well_as_a_path(tmp_path: Path, monkeypatch: Any) -> None:
+    page = write(tmp_path / "x.html", "<html><title>X</title><body><p>Moths.</p></body></html>")
+    from_path = load_file(page)
+    assert from_path.document is not None and from_path.error is None
+    from_str = load_file(str(page))
+    assert from_str == from_path
+    monkeypatch.chdir(tmp_path)
+    relative = load_file("x.html")
+    assert relative.document is not None
+    assert relative.document.metadata["source"] == str(page)  # stored under its absolute path
+    assert load_file("missing.html").error == GONE

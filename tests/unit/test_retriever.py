@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from langchain_chroma import Chroma
 from langchain_core.documents import Document
+from langchain_core.embeddings import DeterministicFakeEmbedding
 from langchain_core.vectorstores import InMemoryVectorStore
 from langchain_text_splitters import RecursiveCharacterTextSplitter
 
@@ -483,3 +484,195 @@ def test_a_chroma_subclass_with_a_fetch_method_is_still_chroma(
     retriever = ContextWindowRetriever(vectorstore=mine, k=2)
     assert isinstance(retriever._store(), ChromaWindowStore)
     assert retriever.invoke(chunks[3].page_content)
+
+
+# ---- what a LangChain user reaches for first (issue 41) ------------------------------------
+
+
+def test_the_vectorstore_may_come_first_by_position(
+    corpus: tuple[Chroma, list[Document]],
+) -> None:
+    """``ContextWindowRetriever(vectorstore, **options)``, as the docs write it."""
+    store, chunks = corpus
+    query = chunks[3].page_content
+    by_keyword = ContextWindowRetriever(vectorstore=store, k=2).invoke(query)
+    assert ContextWindowRetriever(store, k=2).invoke(query) == by_keyword
+    assert ContextWindowRetriever(store, total_budget=600).total_budget == 600
+    with pytest.raises(ConfigurationError, match="vectorstore given twice"):
+        ContextWindowRetriever(store, vectorstore=store)
+    with pytest.raises(ConfigurationError, match="argument 'vectorstore': Field required"):
+        ContextWindowRetriever(k=2)
+
+
+@pytest.mark.parametrize("query", ["", " ", "\n\t "])
+async def test_an_empty_query_is_refused_clearly(
+    corpus: tuple[Chroma, list[Document]], query: str
+) -> None:
+    store, _ = corpus
+    for options in ({"k": 2}, {"total_budget": 600}):
+        retriever = ContextWindowRetriever(store, **options)
+        with pytest.raises(ConfigurationError, match=r"^the query is empty \("):
+            retriever.invoke(query)
+        with pytest.raises(ConfigurationError, match=r"^the query is empty \("):
+            await retriever.ainvoke(query)
+        with pytest.raises(ConfigurationError, match=r"^the query is empty \("):
+            retriever.hits(query)
+
+
+def test_a_budget_error_carries_its_option_as_data(corpus: tuple[Chroma, list[Document]]) -> None:
+    """So that a front end can say it its own way (the CLI: ``--total-budget``)."""
+    store, _ = corpus
+    for arguments, option in (
+        ({"total_budget": -5}, "total_budget"),
+        ({"window_budget": 0}, "window_budget"),
+        ({"k": 0}, "k"),
+        ({"keyword_weight": 500.0}, "keyword_weight"),
+    ):
+        with pytest.raises(ConfigurationError) as raised:
+            ContextWindowRetriever(store, **arguments)
+        assert raised.value.options == (option,)
+        assert str(raised.value).startswith(f"{option} ")
+    retriever = ContextWindowRetriever(store)
+    with pytest.raises(ConfigurationError) as raised:
+        retriever.invoke("alpha", total_budget=0)
+    assert raised.value.options == ("total_budget",)
+
+
+class UnitEmbeddings(DeterministicFakeEmbedding):
+    """``DeterministicFakeEmbedding`` scaled to unit length, as real sentence embeddings are."""
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        return [self.embed_query(text) for text in texts]
+
+    def embed_query(self, text: str) -> list[float]:
+        vector = super().embed_query(text)
+        norm = sum(v * v for v in vector) ** 0.5
+        return [v / norm for v in vector]
+
+
+@pytest.mark.parametrize(
+    "options",
+    [{"k": 3}, {"total_budget": 700}, {"total_budget": 700, "expansion": "static"}],
+    ids=["static", "adaptive", "budgeted-static"],
+)
+def test_relevance_score_is_higher_is_better_and_the_same_in_every_space(
+    options: dict[str, Any],
+) -> None:
+    """LangChain's convention beside the distance: 0 to 1, from the space the store reports.
+
+    For unit vectors the three spaces rank alike and the score is the cosine similarity in
+    each, so one window has one ``relevance_score`` whatever the space; asked twice, the
+    second time on the lean path (ids and distances first).
+    """
+    from window_retriever import MemoryWindowStore
+
+    chunks = split(
+        [Document(page_content=text, metadata={"source": name}) for name, text in SOURCES.items()]
+    )
+    found: dict[str, list[tuple[list[str], float]]] = {}
+    for space in ("l2", "cosine", "ip"):
+        store = MemoryWindowStore(UnitEmbeddings(size=16), space=space)
+        add_chunks(store, chunks)
+        retriever = ContextWindowRetriever(store, **options)
+        docs = retriever.invoke("gamma sentence 07 says a thing")
+        assert docs and retriever.invoke("gamma sentence 07 says a thing") == docs
+        scale = 2.0 if space == "l2" else 1.0
+        for doc in docs:
+            relevance = doc.metadata["relevance_score"]
+            assert 0.0 <= relevance <= 1.0
+            assert relevance == pytest.approx(max(0.0, 1.0 - doc.metadata["score"] / scale))
+        scores = [doc.metadata["relevance_score"] for doc in docs]
+        assert scores == sorted(scores, reverse=True) or "total_budget" in options
+        found[space] = [(d.metadata["chunk_ids"], d.metadata["relevance_score"]) for d in docs]
+        for hit in retriever.hits("gamma sentence 07 says a thing"):
+            assert hit.metadata["relevance_score"] == pytest.approx(
+                max(0.0, 1.0 - hit.metadata["score"] / scale)
+            )
+    for space in ("cosine", "ip"):
+        assert [ids for ids, _ in found[space]] == [ids for ids, _ in found["l2"]]
+        assert [r for _, r in found[space]] == pytest.approx([r for _, r in found["l2"]])
+
+
+def test_relevance_score_follows_a_cosine_chroma_collection_on_every_path(
+    chroma_client: Any,
+) -> None:
+    """The default (hybrid, adaptive, the keyword index's stand-ins) and the plain path."""
+    import uuid
+
+    from tests.conftest import drop_collection
+    from window_retriever.stores._chroma_keywords import FEED_PREFIX
+
+    name = f"test-cosine-{uuid.uuid4().hex[:8]}"
+    store = Chroma(
+        collection_name=name,
+        embedding_function=UnitEmbeddings(size=16),
+        client=chroma_client,
+        collection_metadata={"hnsw:space": "cosine"},
+    )
+    try:
+        add_chunks(store, split([Document(SOURCES["beta"], metadata={"source": "beta"})]))
+        for options in ({"total_budget": 700}, {"k": 2}):
+            retriever = ContextWindowRetriever(store, **options)
+            docs = twice(retriever, "beta sentence 11 says a thing")
+            assert docs
+            for doc in docs:
+                expected = max(0.0, 1.0 - doc.metadata["score"])  # cosine: 1 - d, as LangChain's
+                assert doc.metadata["relevance_score"] == pytest.approx(expected)
+    finally:
+        feed = FEED_PREFIX + str(store._collection.id)
+        drop_collection(chroma_client, name)
+        drop_collection(chroma_client, feed)
+
+
+def test_relevance_scores_of_each_space() -> None:
+    from window_retriever.retrieval._records import relevance_score
+
+    assert relevance_score(0.0, "l2") == 1.0
+    assert relevance_score(1.0, "l2") == 0.5  # squared L2 of unit vectors at cosine 0.5
+    assert relevance_score(4.0, "l2") == 0.0  # opposite: LangChain's 1 - d / sqrt(2) is -1.83
+    assert relevance_score(0.25, "cosine") == 0.75
+    assert relevance_score(1.5, "cosine") == 0.0
+    assert relevance_score(0.25, "ip") == 0.75
+    assert relevance_score(-0.5, "ip") == 1.0  # an inner product above 1: not a unit vector
+    assert relevance_score(float("nan"), "l2") == 0.0
+
+
+def test_a_window_id_names_its_chunk_range_and_its_chunk_ids_are_store_ids(
+    corpus: tuple[Chroma, list[Document]],
+) -> None:
+    """What docs/api.md says of ``Document.id``: not a store id; ``chunk_ids`` are."""
+    store, chunks = corpus
+    for options in ({"k": 2}, {"total_budget": 800}):
+        for doc in ContextWindowRetriever(store, **options).invoke(chunks[5].page_content):
+            meta = doc.metadata
+            assert (
+                doc.id
+                == f"{meta['file_id']}:{meta['first_chunk_index']}-{meta['last_chunk_index']}"
+            )
+            stored = store.get_by_ids(meta["chunk_ids"])
+            assert sorted(d.id or "" for d in stored) == sorted(meta["chunk_ids"])
+            assert store.get_by_ids([doc.id or ""]) == []
+
+
+def test_a_collection_not_made_by_window_splitter_warns_once_per_retriever(
+    make_store: Callable[..., Chroma], caplog: pytest.LogCaptureFixture
+) -> None:
+    store = make_store()
+    notes = [f"a loose note {i} about alpha" for i in range(5)]
+    store.add_texts(notes, metadatas=[{"source": "notes"}] * 5, ids=[f"n{i}" for i in range(5)])
+    retriever = ContextWindowRetriever(store, k=5)
+
+    def warnings() -> list[str]:
+        return [r.getMessage() for r in caplog.records if r.name == "window_retriever"]
+
+    with caplog.at_level(logging.WARNING, logger="window_retriever"):
+        for _ in range(3):
+            assert len(retriever.invoke("a loose note about alpha")) == 5
+        (warning,) = warnings()
+        assert "re-ingest the collection through WindowSplitter" in warning
+        assert "once" in warning
+        caplog.clear()
+        retriever.invoke("a loose note about alpha", total_budget=500)  # another path
+        assert warnings() == []
+        ContextWindowRetriever(store, k=5).invoke("a loose note about alpha")
+        assert len(warnings()) == 1  # another retriever says so again

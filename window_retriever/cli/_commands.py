@@ -42,7 +42,8 @@ PROG = "window-retriever"
 DEMO_QUESTION = (
     "How do I make sure a file is closed after reading it, even if an exception is raised?"
 )
-DEMO_TOTAL_BUDGET = 2000
+DEFAULT_TOTAL_BUDGET = 2000
+"""``--total-budget`` of ``query`` and ``demo``: the best configuration measured (README)."""
 DEMO_ORIGIN = "window-retriever-demo"
 """The demo's pages carry this origin: a demo run removes what another install's demo wrote."""
 EXIT_OK, EXIT_SOURCES_FAILED, EXIT_ERROR = 0, 1, 2
@@ -270,6 +271,11 @@ def run_demo(args: argparse.Namespace) -> int:
     pages = Path(args.pages) if args.pages else bundled_pages()
     if not pages.is_dir():
         raise CommandError(f"no pages at {pages}; pass --pages DIR, a folder of HTML pages")
+    if args.total_budget is None:
+        raise CommandError(
+            "the demo compares plain chunks and windows at one --total-budget: give a number, "
+            f"e.g. --total-budget {DEFAULT_TOTAL_BUDGET}"
+        )
     if args.total_budget < 1:
         raise CommandError(f"--total-budget must be at least 1, got {args.total_budget}")
     # The collection every command reads by default, so that `query --db DIR` finds it.
@@ -324,7 +330,8 @@ def run_demo(args: argparse.Namespace) -> int:
         f"{sum(len(d.page_content) for d in docs)} of {budget} characters"
     )
     print_windows(docs, sys.stdout)
-    print(f'\nAsk another question: {PROG} query --db {args.db} "QUESTION" --total-budget {budget}')
+    same = "" if budget == DEFAULT_TOTAL_BUDGET else f" --total-budget {budget}"
+    print(f'\nAsk another question: {PROG} query --db {args.db} "QUESTION"{same}')
     return EXIT_OK
 
 
@@ -337,31 +344,48 @@ FLAGS: Final[Mapping[OptionName, str]] = {
     "collection": "--collection",
     "database": "--chroma-database",
     "db": "--db",
+    "expansion": "--expansion",
     "file_id_keys": "--metadata",
+    "k": "-k",
+    "keyword_weight": "--keyword-weight",
     "max_bytes": "--max-size-mb",
     "selectors": "--selector",
     "tenant": "--chroma-tenant",
     "timeout": "--chroma-timeout",
     "token": ENV_TOKEN,  # kept off command lines, where other users can read it
     "token_header": ENV_TOKEN_HEADER,
+    "total_budget": "--total-budget",
     "url": "--chroma-url",
     "wait": "--wait",
+    "window_budget": "--window-budget",
 }
 """How the command line sets each option that a library message can name (a test checks all)."""
 
+_WINDOW_OPTIONS: Final = {"expansion", "k", "keyword_weight", "total_budget", "window_budget"}
+LIBRARY_WORDS: Final[Mapping[OptionName, str]] = {
+    name: flag for name, flag in FLAGS.items() if name not in _WINDOW_OPTIONS
+}
+"""``FLAGS`` for ``eval``, whose window configurations set the retriever's options by the
+library's own names (``window:total_budget=800``): those are said as the library says them."""
 
-def said(message: str) -> str:
-    """A library message in the command line's words: each option it names as its flag."""
+
+def said(message: str, flags: Mapping[OptionName, str] = FLAGS) -> str:
+    """A library message in the command line's words: each option it names as its flag.
+
+    An option ``flags`` does not list is said in the library's words.
+    """
     if not isinstance(message, Message):
         return message
-    return message.render(_say)
+    return message.render(lambda mention: _say(mention, flags))
 
 
-def _say(mention: Mention) -> str:
+def _say(mention: Mention, flags: Mapping[OptionName, str] = FLAGS) -> str:
     if isinstance(mention, Command):
-        given = " ".join(_say(option) for option in mention.options)
+        given = " ".join(_say(option, flags) for option in mention.options)
         return f"run '{PROG} {mention.name}{' ... ' + given if given else ''}'"
-    flag = FLAGS[mention.name]
+    flag = flags.get(mention.name)
+    if flag is None:
+        return str(mention)
     if not mention.has_value or mention.value is True:  # a switch (--wait) or the option itself
         return flag
     value = mention.value
@@ -373,7 +397,12 @@ def _say(mention: Mention) -> str:
 
 
 def _check_window_arguments(args: argparse.Namespace) -> None:
-    """Refuse window options that cannot work, before any store is opened."""
+    """Refuse a question or window options that cannot work, before any store is opened."""
+    if not args.question.strip():
+        raise CommandError(
+            'the question is empty (an unset shell variable?); ask one, e.g. "How do I close '
+            'a file?"'
+        )
     if args.budget is not None:
         raise CommandError(
             "--budget is now --window-budget (the most characters of one window); "
@@ -381,7 +410,8 @@ def _check_window_arguments(args: argparse.Namespace) -> None:
         )
     if args.expansion == "adaptive" and args.total_budget is None:
         raise CommandError(
-            "--expansion adaptive shares one budget between windows: give --total-budget N"
+            "--expansion adaptive shares one budget between windows: give --total-budget N "
+            "rather than none"
         )
 
 

@@ -13,16 +13,18 @@ import contextlib
 import os
 import sys
 import traceback
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import NoReturn
 
-from window_retriever._errors import WindowRetrieverError
+from window_retriever._errors import OptionName, WindowRetrieverError
 from window_retriever._version import __version__
 from window_retriever.cli._commands import (
+    DEFAULT_TOTAL_BUDGET,
     DEMO_QUESTION,
-    DEMO_TOTAL_BUDGET,
     EXIT_ERROR,
     EXIT_OK,
+    FLAGS,
+    LIBRARY_WORDS,
     PROG,
     run_demo,
     run_eval,
@@ -68,7 +70,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             url = getattr(args, "chroma_url", None) or os.environ.get(ENV_URL)
             error = store_failure(error, _public(url) if url else None) or error
-        print(f"{PROG}: error: {_one_line(error)}", file=sys.stderr)
+        print(f"{PROG}: error: {_one_line(error, getattr(args, 'flags', FLAGS))}", file=sys.stderr)
         return EXIT_ERROR
 
 
@@ -186,7 +188,12 @@ def build_parser() -> argparse.ArgumentParser:
     query = commands.add_parser(
         "query",
         help="retrieve windows for a question",
-        description="Retrieve windows for a question and print them with their provenance.",
+        description=(
+            "Retrieve windows for a question and print them with their provenance. By default "
+            f"the best configuration measured: one total budget of {DEFAULT_TOTAL_BUDGET} "
+            "characters, hybrid hits, adaptive windows; --total-budget none gives the default "
+            "up to 0.2 (-k windows of --window-budget each, grown blindly)."
+        ),
     )
     query.add_argument("question", help="the question")
     _store_arguments(query)
@@ -249,7 +256,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--json", metavar="OUT", dest="json_out", help="write the results as JSON"
     )
     evaluate.add_argument("--plot", metavar="OUT.png", help="plot coverage against budget (PNG)")
-    evaluate.set_defaults(run=run_eval)
+    # a window configuration names the retriever's options as the library does (total_budget=N)
+    evaluate.set_defaults(run=run_eval, flags=LIBRARY_WORDS)
 
     demo = commands.add_parser(
         "demo",
@@ -271,7 +279,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="DIR",
         help="pages to ingest (default: the pages bundled with the package)",
     )
-    _window_arguments(demo, total_budget=DEMO_TOTAL_BUDGET)
+    _window_arguments(demo, demo=True)
     demo.set_defaults(run=run_demo)
     return parser
 
@@ -318,19 +326,30 @@ def _store_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _window_arguments(parser: argparse.ArgumentParser, *, total_budget: int | None = None) -> None:
+def _total_budget(text: str) -> int | None:
+    """``--total-budget``: a number of characters, or ``none`` (no total budget)."""
+    if text.strip().lower() == "none":
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        msg = f"takes a whole number of characters or none, got {text!r}"
+        raise argparse.ArgumentTypeError(msg) from None
+
+
+def _window_arguments(parser: argparse.ArgumentParser, *, demo: bool = False) -> None:
     parser.add_argument(
         "-k",
         type=int,
         metavar="N",
-        help="windows to return (default: 4; with --total-budget, the most windows: one per "
-        "200 characters of it, at least 4)",
+        help="the most windows to return (default: one per 200 characters of --total-budget, "
+        "at least 4; with --total-budget none, exactly this many: 4)",
     )
     parser.add_argument(
         "--candidates",
         choices=["vector", "hybrid", "keyword"],
         help="where hits come from: vector search, vector + BM25 keyword search fused by rank, "
-        "or keyword alone (default: hybrid with --total-budget, else vector)",
+        "or keyword alone (default: hybrid; vector with --total-budget none)",
     )
     parser.add_argument(
         "--keyword-weight",
@@ -348,21 +367,22 @@ def _window_arguments(parser: argparse.ArgumentParser, *, total_budget: int | No
     )
     parser.add_argument(
         "--total-budget",
-        type=int,
-        default=total_budget,
-        metavar="N",
-        help="the most characters of all windows together; -k is then the most windows "
+        type=_total_budget,
+        default=DEFAULT_TOTAL_BUDGET,
+        metavar="N" if demo else "N|none",
+        help=f"the most characters of all windows together (default: {DEFAULT_TOTAL_BUDGET}; "
         + (
-            "(default: none, -k windows of --window-budget each)"
-            if total_budget is None
-            else f"(default: {total_budget}; the plain chunks are cut at the same budget)"
+            "the plain chunks are cut at the same budget)"
+            if demo
+            else "none: no total budget, -k windows of --window-budget each, grown blindly, "
+            "the default up to 0.2)"
         ),
     )
     parser.add_argument(
         "--expansion",
         choices=["adaptive", "static"],
-        help="with --total-budget: grow windows toward relevant neighbours (adaptive, the "
-        "default) or blindly to --window-budget (static)",
+        help="grow windows toward relevant neighbours (adaptive, the default) or blindly to "
+        "--window-budget (static; the only way with --total-budget none)",
     )
     parser.add_argument("--budget", type=int, help=argparse.SUPPRESS)
     parser.add_argument(
@@ -373,8 +393,8 @@ def _window_arguments(parser: argparse.ArgumentParser, *, total_budget: int | No
     )
 
 
-def _one_line(error: BaseException) -> str:
-    words = said(error.message) if isinstance(error, WindowRetrieverError) else str(error)
+def _one_line(error: BaseException, flags: Mapping[OptionName, str] = FLAGS) -> str:
+    words = said(error.message, flags) if isinstance(error, WindowRetrieverError) else str(error)
     text = words.strip().splitlines()
     message = text[0] if text else type(error).__name__
     if not isinstance(error, WindowRetrieverError):

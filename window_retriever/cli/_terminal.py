@@ -17,28 +17,88 @@ def count(number: int, noun: str) -> str:
     return f"{number} {noun}{'s' * (number != 1)}"
 
 
+class Share:
+    """How much of an ingest is done, from 0 to 1: never less than it said before.
+
+    The chunks to write are known a source at a time, as each is read, so the share of the
+    chunks planned so far that are written falls each time a source is planned (60% -> 56%).
+    This estimates the whole instead: the chunks planned so far, and for each source not read
+    yet as many as the sources read had on average (ingestion plans every source it reads
+    once, with 0 chunks where it has nothing to write); and it never goes down (an estimate
+    that was too high waits until the work catches up with it).
+    """
+
+    def __init__(self, sources: int) -> None:
+        self.sources = sources
+        self.planned = self.planned_sources = self.written = self.done = 0
+        self._said = 0.0
+
+    def plan(self, chunks: int) -> None:
+        """A source was read: its ``chunks`` are to be written (0: nothing to write)."""
+        self.planned += chunks
+        self.planned_sources += 1
+
+    def write(self, chunks: int) -> None:
+        self.written += chunks
+
+    def source_done(self) -> None:
+        self.done += 1
+
+    def value(self) -> float:
+        """The share done now: the estimate, or the last one said if that was higher."""
+        if self.sources and self.done >= self.sources:
+            estimate = 1.0
+        elif self.planned:
+            known = max(self.planned_sources, self.done)
+            unknown = max(self.sources - known, 0)
+            expected = self.planned + unknown * self.planned / self.planned_sources
+            estimate = min(self.written / expected, 1.0)
+        else:  # nothing to write so far: the sources done
+            estimate = self.done / self.sources if self.sources else 0.0
+        self._said = max(self._said, estimate)
+        return self._said
+
+
+_STEPS = 1000
+"""The bar's resolution: a tenth of a percent."""
+
+
 class Progress:
     """A progress bar on a terminal; plain lines otherwise.
 
-    The bar counts the chunks written out of those planned, with their rate (embedding is the
-    slow part, so a long file shows movement), and the sources done. The ingest threads tell
-    it of chunks.
+    The bar shows the share of the ingest done (:class:`Share`: it never goes backwards),
+    the chunks written out of those planned so far with their rate (embedding is the slow
+    part, so a long file shows movement), and the sources done. The ingest threads tell it
+    of chunks.
     """
 
     def __init__(self, stream: TextIO | None = None) -> None:
         self.stream = stream or sys.stderr
         self.bar: Any = None
-        self.sources = self.done = 0
+        self.share = Share(0)
         self._lock = threading.Lock()
+
+    @property
+    def sources(self) -> int:
+        return self.share.sources
+
+    @property
+    def done(self) -> int:
+        return self.share.done
 
     def start(self, sources: int) -> None:
         """The sources are listed: show the bar (on a terminal)."""
-        self.sources = sources
+        self.share = Share(sources)
         if self.stream.isatty():
             from tqdm import tqdm
 
-            self.bar = tqdm(total=0, unit="chunk", file=self.stream, dynamic_ncols=True)
-            self._show_sources()
+            self.bar = tqdm(
+                total=_STEPS,
+                file=self.stream,
+                dynamic_ncols=True,
+                bar_format="{percentage:3.0f}%|{bar}| {elapsed}<{remaining}{postfix}",
+            )
+            self._show()
 
     def __enter__(self) -> Progress:
         return self
@@ -55,25 +115,34 @@ class Progress:
             print(text, flush=True)
 
     def planned(self, chunks: int) -> None:
-        if self.bar is not None:
-            with self._lock:
-                self.bar.total += chunks
-                self.bar.refresh()
+        with self._lock:
+            self.share.plan(chunks)
+            self._show()
 
     def written(self, chunks: int) -> None:
-        if self.bar is not None:
-            with self._lock:
-                self.bar.update(chunks)
+        with self._lock:
+            self.share.write(chunks)
+            self._show()
 
     def source_done(self) -> None:
-        self.done += 1
-        if self.bar is not None:
-            with self._lock:
-                self._show_sources()
+        with self._lock:
+            self.share.source_done()
+            self._show()
 
-    def _show_sources(self) -> None:
-        noun = "source" if self.sources == 1 else "sources"
-        self.bar.set_postfix_str(f"{self.done}/{self.sources} {noun}")
+    def _show(self) -> None:
+        """Bring the bar up to date (the caller holds the lock)."""
+        if self.bar is None:
+            return
+        share = self.share
+        self.bar.n = max(self.bar.n, round(share.value() * _STEPS))
+        elapsed = self.bar.format_dict.get("elapsed") or 0.0
+        rate = f", {share.written / elapsed:.0f} chunk/s" if elapsed > 0 and share.written else ""
+        noun = "source" if share.sources == 1 else "sources"
+        self.bar.set_postfix_str(
+            f"{share.written}/{share.planned} chunks{rate}, {share.done}/{share.sources} {noun}",
+            refresh=False,
+        )
+        self.bar.refresh()
 
 
 def print_windows(docs: Sequence[Document], out: TextIO) -> None:

@@ -45,7 +45,7 @@ class Question:
         return None
 
 
-def read_questions(path: str | Path) -> tuple[list[Question], list[str]]:
+def read_questions(path: str | os.PathLike[str]) -> tuple[list[Question], list[str]]:
     """Read a JSONL questions file; return the questions and one message per bad line."""
     questions: list[Question] = []
     problems: list[str] = []

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -97,7 +97,7 @@ class IngestSummary:
 
 def ingest(
     vectorstore: Any,
-    sources: Sequence[str],
+    sources: str | os.PathLike[str] | Iterable[str | os.PathLike[str]],
     *,
     splitter: TextSplitter | None = None,
     headers: bool = DEFAULT_HEADERS,
@@ -123,7 +123,8 @@ def ingest(
     Args:
         vectorstore: A ``langchain_chroma.Chroma`` (``open_store(...)``), or any
             ``WindowStore`` (``MemoryWindowStore`` in tests).
-        sources: URLs, files and directories.
+        sources: URLs, files and directories (``str`` or ``pathlib.Path``); one of them
+            alone is one source.
         splitter: The text splitter (default: 400 characters with 40 of overlap).
         headers: Embed each chunk with its context header: the page's title and the path
             of section headings above it (see ``WindowSplitter``). Turning it on or off
@@ -143,6 +144,7 @@ def ingest(
         ConfigurationError: An empty source, an empty ``origin``, or a reserved metadata key.
     """
     store = store_adapter(vectorstore)
+    names = _source_list(sources)
     if origin is not None and not origin.strip():
         msg = "origin must be a name, e.g. origin='build-server-docs', or None"
         raise ConfigurationError(msg)
@@ -156,11 +158,11 @@ def ingest(
     unreadable: list[str] = []
     repeated: list[tuple[str, str]] = []
     try:
-        specs = expand(sources, unreadable, repeated)
+        specs = expand(names, unreadable, repeated)
     except ValueError as error:
         raise ConfigurationError(str(error)) from None
     files = [spec for spec in specs if not is_url(spec)]
-    directories = [spec for spec in sources if not is_url(spec) and _is_directory(spec)]
+    directories = [spec for spec in names if not is_url(spec) and _is_directory(spec)]
     summary = IngestSummary(sources=len(specs))
 
     def report(event: IngestEvent) -> None:
@@ -242,3 +244,16 @@ def _is_directory(spec: str) -> bool:
         return os.path.isdir(spec)
     except (OSError, ValueError):
         return False
+
+
+def _source_list(sources: str | os.PathLike[str] | Iterable[str | os.PathLike[str]]) -> list[str]:
+    """The sources as strings: a ``str`` or a path alone is one source, not its characters."""
+    if isinstance(sources, str | os.PathLike):
+        sources = [sources]
+    names: list[str] = []
+    for source in sources:
+        if not isinstance(source, str | os.PathLike):
+            msg = f"a source is a URL, a file or a directory (str or path), got {source!r}"
+            raise ConfigurationError(msg)
+        names.append(os.fspath(source))
+    return names

@@ -218,13 +218,15 @@ def _guarded(name: str, load: Any, *args: Any) -> Loaded:
         return Loaded(name, error=f"could not be loaded ({_root_cause(error)})")
 
 
-def load_file(path: Path, options: LoadOptions | None = None) -> Loaded:
+def load_file(path: str | os.PathLike[str], options: LoadOptions | None = None) -> Loaded:
     """Load a local HTML or text file (regular files only, at most ``max_bytes``).
 
-    Text in another encoding than UTF-8 is decoded (see :func:`decode_text`) and the
-    encoding recorded in the metadata as ``encoding``; binary content is refused.
+    ``path`` is a ``str`` or any path-like object (``pathlib.Path``). Text in another encoding
+    than UTF-8 is decoded (see :func:`decode_text`) and the encoding recorded in the metadata
+    as ``encoding``; binary content is refused.
     """
     options = options or LoadOptions()
+    path = Path(path)
     name = str(path)
     if not _utf8_name(name):
         return Loaded(name, error=NAME_NOT_UTF8)

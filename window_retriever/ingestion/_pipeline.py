@@ -105,9 +105,10 @@ def ingest_sources(
         if embeddings is None:
             for name, chunks, error in ahead:
                 outcome = _sync_source(store, name, chunks, error)
-                if progress is not None and outcome.outcome is not None:
-                    progress.planned(outcome.outcome.written)
-                    progress.written(outcome.outcome.written)
+                if progress is not None:  # every source, as pipelined() tells of it
+                    written = 0 if outcome.outcome is None else outcome.outcome.written
+                    progress.planned(written)
+                    progress.written(written)
                 yield outcome
         else:
             yield from pipelined(store, embeddings, ahead, progress)
@@ -156,7 +157,11 @@ class IngestProgress(Protocol):
     """Told how ingestion advances, chunk by chunk (from any of the ingest threads)."""
 
     def planned(self, chunks: int) -> None:
-        """``chunks`` more chunks are to be embedded and written."""
+        """``chunks`` more chunks are to be embedded and written: once for each source read.
+
+        With 0 for a source that has nothing to write (unchanged, empty, failed), so the
+        calls count the sources read so far as well as their chunks.
+        """
 
     def written(self, chunks: int) -> None:
         """``chunks`` more chunks are in the store."""
@@ -202,13 +207,19 @@ def pipelined(
         while len(embedded) > 2 and writer.failure is None:  # plan no further ahead
             settle(embedded.popleft())
 
+    def planned(chunks: int) -> None:
+        if progress is not None:
+            progress.planned(chunks)
+
     try:
         for name, chunks, error in _failing_in_place(ahead, outcomes):
             future: Future[SourceOutcome] = Future()
             outcomes.append(future)
             if chunks is None:
+                planned(0)
                 future.set_result(SourceOutcome(name, error=error))
             elif not chunks:
+                planned(0)
                 future.set_result(SourceOutcome(name, outcome=FileOutcome("unchanged", 0, 0, 0)))
             else:
                 keys = _keys(chunks)
@@ -220,14 +231,14 @@ def pipelined(
                 try:
                     plan = plan_file(store, chunks, OWNER_KEYS, replace_source_copies=True)
                 except OwnershipError as failure:
+                    planned(0)
                     future.set_result(SourceOutcome(name, error=str(failure)))
                 except Exception as failure:  # raised in its place, after the sources before
                     future.set_exception(failure)
                     break
                 else:
+                    planned(len(plan.documents()))
                     if plan.documents() or plan.stale:
-                        if progress is not None and plan.documents():
-                            progress.planned(len(plan.documents()))
                         group.append((future, name, plan))
                         in_flight.append((keys, future))
                     else:

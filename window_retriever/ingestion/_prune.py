@@ -29,7 +29,7 @@ from window_retriever.ingestion._write import (
 from window_retriever.stores._adapters import store_adapter
 
 
-def directory_origin(directory: str | Path) -> str:
+def directory_origin(directory: str | os.PathLike[str]) -> str:
     """This machine's copy of ``directory``: the ``ingest_origin`` of the files read below it.
 
     A hash of the machine (``/etc/machine-id`` and the host name) and of the directory itself
@@ -96,7 +96,7 @@ class Pruned:
 
 def prune_missing(
     vectorstore: Any,
-    directory: str | Path,
+    directory: str | os.PathLike[str],
     keep: Iterable[str],
     *,
     origin: str | None = None,

@@ -124,7 +124,8 @@ class Adaptive(_Budgeted):
                 return None
             self.lengths.learn(measure, read.values())
             windows = read_windows(windows, read)
-        return documents_of(windows, over, total, params)
+        # every way here reads through ``neighbours`` before there is a window to return
+        return documents_of(windows, over, total, params, neighbours.space or pool.space)
 
     def _hits(
         self,

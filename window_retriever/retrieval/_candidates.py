@@ -128,7 +128,7 @@ class VectorSearch(CandidateSource):
     ) -> Flow:
         found = yield _search(query, k, params, measured=embeddings)
         pairs = found.pairs()
-        hits, chunks = read_hits(pairs, strict=params.strict)
+        hits, chunks = read_hits(pairs, params.unexpandable)
         return Pool(
             hits,
             chunks,
@@ -271,7 +271,7 @@ class HybridSearch(CandidateSource):
         hits: list[Hit] = []
         for item in fused:
             if item.id in documents and item.id in distances:
-                hit = read_hit(documents[item.id], distances[item.id], strict=params.strict)
+                hit = read_hit(documents[item.id], distances[item.id], params.unexpandable)
                 hits.append(replace(hit, ranks=item.ranks))
             elif item.id in positions:  # read with the caller's neighbour fetch: one call less
                 hits.append(_unread(item.id, positions[item.id], item.ranks))
@@ -325,7 +325,7 @@ class RetrieverHits(CandidateSource):
             )
         read = yield from _read(ids, query_vector, params, self.held)
         hits = [
-            read_hit(read.documents[chunk_id], read.distances[chunk_id], strict=params.strict)
+            read_hit(read.documents[chunk_id], read.distances[chunk_id], params.unexpandable)
             for chunk_id in ids
             if chunk_id in read.documents and chunk_id in read.distances
         ]

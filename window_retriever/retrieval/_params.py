@@ -16,9 +16,10 @@ from typing import Any, Literal, SupportsIndex
 
 from pydantic import ValidationError
 
-from window_retriever._errors import ConfigurationError
+from window_retriever._errors import ConfigurationError, Option, Part
 from window_retriever.core._filters import check_where
 from window_retriever.core._windows import MODES, Mode
+from window_retriever.retrieval._records import Unexpandable
 
 Expansion = Literal["static", "adaptive"]
 EXPANSIONS: tuple[Expansion, ...] = ("static", "adaptive")
@@ -65,7 +66,8 @@ class Params:
     filter: Mapping[str, Any] | None
     where_document: Mapping[str, Any] | None
     length_function: Callable[[str], int]
-    strict: bool
+    unexpandable: Unexpandable
+    """The retriever's way with a hit that cannot grow: raise (``strict``) or warn once."""
     keyword_weight: float = 1.0
     """Hybrid only: the keyword leg's weight in the fusion, the vector leg's being 1."""
     candidates: Any = None
@@ -86,7 +88,7 @@ def resolve(
     overrides: Mapping[str, Any],
     *,
     length_function: Callable[[str], int],
-    strict: bool,
+    unexpandable: Unexpandable,
 ) -> Params:
     """The options of one call: the retriever's ``fields`` with a call's ``overrides``."""
     unknown = sorted(set(overrides) - set(OVERRIDABLE))
@@ -98,17 +100,17 @@ def resolve(
         raise ConfigurationError(msg)
     values = {name: fields[name] for name in OVERRIDABLE} | dict(overrides)
     budget = _positive_int(
-        "window_budget", values["window_budget"], "the largest length of one window"
+        Option("window_budget"), values["window_budget"], "the largest length of one window"
     )
     total_budget = values["total_budget"]
     if total_budget is not None:
         total_budget = _positive_int(
-            "total_budget", total_budget, "the most all windows may measure together"
+            Option("total_budget"), total_budget, "the most all windows may measure together"
         )
     k = values["k"]
     if k is None:
         k = default_k(total_budget)
-    k = _count("k", k, "the number of windows to return")
+    k = _count(Option("k"), k, "the number of windows to return")
     expansion = _expansion(values["expansion"], total_budget)
     coherence = values["coherence"]
     if (
@@ -137,8 +139,9 @@ def resolve(
         or not isinstance(keyword_weight, int | float)
         or not 0.0 <= keyword_weight <= 100.0
     ):
-        msg = f"keyword_weight must be a number from 0 to 100, got {keyword_weight!r}"
-        raise ConfigurationError(msg)
+        raise ConfigurationError(
+            Option("keyword_weight"), f" must be a number from 0 to 100, got {keyword_weight!r}"
+        )
     floor = values["floor"]
     if floor is not None and not _fraction(floor):
         msg = (
@@ -165,7 +168,7 @@ def resolve(
         filter=_where("filter", values["filter"]),
         where_document=_where("where_document", values["where_document"]),
         length_function=_checked_length(length_function),
-        strict=strict,
+        unexpandable=unexpandable,
     )
 
 
@@ -206,11 +209,15 @@ def _expansion(expansion: Any, total_budget: int | None) -> Expansion:
         msg = f"expansion must be one of {', '.join(map(repr, EXPANSIONS))}, got {expansion!r}"
         raise ConfigurationError(msg)
     if expansion == "adaptive" and total_budget is None:
-        msg = (
-            "expansion='adaptive' shares one budget between windows: give total_budget "
-            "(e.g. total_budget=2000), or use expansion='static'"
+        raise ConfigurationError(
+            Option("expansion", "adaptive"),
+            " shares one budget between windows: give ",
+            Option("total_budget"),
+            " (e.g. ",
+            Option("total_budget", 2000),
+            "), or use ",
+            Option("expansion", "static"),
         )
-        raise ConfigurationError(msg)
     return expansion  # type: ignore[no-any-return]
 
 
@@ -236,22 +243,22 @@ def _fraction(value: Any) -> bool:
     return not isinstance(value, bool) and isinstance(value, int | float) and 0.0 <= value <= 1.0
 
 
-def _positive_int(name: str, value: Any, meaning: str) -> int:
+def _positive_int(name: Part, value: Any, meaning: str) -> int:
+    """``value`` if it is a positive integer; ``name``: the option, as data where it is one."""
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        msg = f"{name} ({meaning}) must be a positive integer, got {value!r}"
-        raise ConfigurationError(msg)
+        raise ConfigurationError(name, f" ({meaning}) must be a positive integer, got {value!r}")
     return value
 
 
-def _count(name: str, value: Any, meaning: str) -> int:
+def _count(name: Part, value: Any, meaning: str) -> int:
     """A positive integer of at most :data:`MOST_RESULTS` (``k``, ``fetch_k``)."""
     count = _positive_int(name, value, meaning)
     if count > MOST_RESULTS:
-        msg = (
-            f"{name} ({meaning}) must be at most {MOST_RESULTS:,}, got {count!r}; pass "
-            f"{MOST_RESULTS:,} or less (more than the store holds is fine: all of it comes back)"
+        raise ConfigurationError(
+            name,
+            f" ({meaning}) must be at most {MOST_RESULTS:,}, got {count!r}; pass "
+            f"{MOST_RESULTS:,} or less (more than the store holds is fine: all of it comes back)",
         )
-        raise ConfigurationError(msg)
     return count
 
 
@@ -297,6 +304,20 @@ def _whole(value: object) -> int | None:
         except TypeError:
             return None
     return None
+
+
+def refused(error: ValidationError, known: list[str]) -> ConfigurationError:
+    """The constructor's arguments refused: the options' own error, else pydantic's, reworded.
+
+    A ``ConfigurationError`` raised while pydantic validates (by :func:`resolve`) comes back
+    as it was raised, with the options it names as data, so a front end can say them its way.
+    """
+    details = error.errors()
+    if len(details) == 1:
+        raised = (details[0].get("ctx") or {}).get("error")
+        if isinstance(raised, ConfigurationError):
+            return raised
+    return ConfigurationError(describe(error, known))
 
 
 def describe(error: ValidationError, known: list[str]) -> str:

@@ -140,6 +140,8 @@ class Neighbours:
         self.where = params.filter if self.predicate is None else None
         self.where_document = params.where_document
         self.embeddings = embeddings
+        self.space: Space | None = None
+        """The distance space of the store's last answer (``None`` before the first read)."""
 
     def fetch(self, pool: Pool, positions: Iterable[Position]) -> Flow:
         """Read the positions not asked before; the filter's hidden chunks become gaps."""
@@ -164,6 +166,7 @@ class Neighbours:
         held = self.held()
         build = None if held is None else held.build()
         found = yield Fetch(list(ids), self.where, self.where_document, embeddings=embeddings)
+        self.space = found.space
         if held is not None and found.documents:
             read_now = {d.id: (len(d.page_content), d.metadata) for d in found.documents if d.id}
             held.correct(read_now, build)
@@ -191,13 +194,13 @@ class Neighbours:
             document = by_id.get(hit.chunk.id)
             if document is None:
                 continue  # gone since the search, or hidden
-            read = read_hit(document, hit.distance, strict=params.strict)
+            read = read_hit(document, hit.distance, params.unexpandable)
             if read.chunk.position not in (None, hit.chunk.position):
                 return None
             hits.append(replace(read, ranks=hit.ranks))
         kept, chunks = by_position(unique(hits))
         add_neighbours(found.documents, ids, chunks)
-        return Pool(kept, chunks, fetched=set(ids.values()))
+        return Pool(kept, chunks, fetched=set(ids.values()), space=found.space)
 
 
 class TypicalLength:

@@ -8,6 +8,8 @@ id equal to its ``chunk_id``), and the provenance a window carries back for cita
 from __future__ import annotations
 
 import logging
+import math
+import threading
 import unicodedata
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
@@ -25,6 +27,7 @@ from window_retriever.core._ids import (
     make_chunk_id,
 )
 from window_retriever.core._windows import Chunk, Hit, Position, Window, chunk_spans
+from window_retriever.stores._protocol import Space
 
 logger = logging.getLogger("window_retriever")
 
@@ -32,22 +35,49 @@ logger = logging.getLogger("window_retriever")
 _CHUNK_KEYS = (CHUNK_ID, CHUNK_INDEX, START_INDEX, "file_chunks")
 
 
-def read_hit(document: Document, distance: float, *, strict: bool) -> Hit:
-    """A search result as a hit; one that cannot grow is kept whole (or refused if ``strict``)."""
+class Unexpandable:
+    """What one retriever does with a hit that cannot grow into a window.
+
+    ``strict``: raise ``MissingWindowMetadataError``. Otherwise the hit comes back as it is,
+    and the first such hit of the retriever logs one warning that names the fix: a
+    collection not made by ``WindowSplitter`` holds nothing but such hits, and a warning per
+    hit would say the same thing several times a query.
+    """
+
+    __slots__ = ("_lock", "_warned", "strict")
+
+    def __init__(self, *, strict: bool = False) -> None:
+        self.strict = strict
+        self._warned = False
+        self._lock = threading.Lock()  # batch() runs one retriever in several threads
+
+    def found(self, problem: str) -> None:
+        """A hit cannot grow, for the reason ``problem`` says: raise, or warn the first time."""
+        if self.strict:
+            raise MissingWindowMetadataError(problem)
+        with self._lock:
+            if self._warned:
+                return
+            self._warned = True
+        logger.warning(
+            "%s; such chunks are returned unexpanded (this retriever says so once)", problem
+        )
+
+
+def read_hit(document: Document, distance: float, unexpandable: Unexpandable) -> Hit:
+    """A search result as a hit; one that cannot grow is kept whole (see :class:`Unexpandable`)."""
     chunk, problem = read_chunk(document)
     if problem is not None:
-        if strict:
-            raise MissingWindowMetadataError(problem)
-        logger.warning("%s; returning it unexpanded", problem)
+        unexpandable.found(problem)
     return Hit(chunk=chunk, distance=float(distance))
 
 
 def read_hits(
-    results: Sequence[tuple[Document, float]], *, strict: bool
+    results: Sequence[tuple[Document, float]], unexpandable: Unexpandable
 ) -> tuple[list[Hit], dict[Position, Chunk]]:
     """Search results as hits (each chunk once), and the chunks they put in place."""
     return by_position(
-        unique([read_hit(document, distance, strict=strict) for document, distance in results])
+        unique([read_hit(document, distance, unexpandable) for document, distance in results])
     )
 
 
@@ -90,8 +120,9 @@ def read_record(
     file_id, index = metadata.get(FILE_ID), metadata.get(CHUNK_INDEX)
     if not isinstance(file_id, str) or isinstance(index, bool) or not isinstance(index, int):
         problem = (
-            f"chunk {store_id!r} has no integer 'chunk_index' and string 'file_id' metadata "
-            "(was it split by WindowSplitter?)"
+            f"chunk {store_id!r} has no integer 'chunk_index' and string 'file_id' metadata: "
+            "it was not split by WindowSplitter; re-ingest the collection through WindowSplitter "
+            "(window_retriever.ingest, or WindowSplitter(...).split_documents then add_chunks)"
         )
         return Chunk(id=store_id, text=text, metadata=metadata), problem
     chunk_id = make_chunk_id(file_id, index)
@@ -137,8 +168,20 @@ def add_neighbours(
         chunks[position] = chunk
 
 
-def to_document(window: Window, *, over_budget: bool = False) -> Document:
-    """Turn a window into a Document with full provenance."""
+def relevance_score(distance: float, space: Space) -> float:
+    """A distance as a relevance score: higher is better, from 0 to 1 (LangChain's convention).
+
+    The cosine similarity, clipped at 0, for unit vectors (the packaged model's, and most
+    others') whatever the space: ``1 - d`` for ``"cosine"`` and ``"ip"`` (LangChain's Chroma
+    does the same), ``1 - d / 2`` for ``"l2"``, which Chroma reports *squared* (LangChain's
+    ``1 - d / sqrt(2)`` takes it for a plain distance and goes below 0 for a distant chunk).
+    """
+    similarity = 1.0 - distance / 2.0 if space == "l2" else 1.0 - distance
+    return 0.0 if math.isnan(similarity) else min(1.0, max(0.0, similarity))
+
+
+def to_document(window: Window, space: Space, *, over_budget: bool = False) -> Document:
+    """Turn a window into a Document with full provenance; ``space``: the distances' space."""
     best = min(window.hits, key=lambda hit: hit.distance)
     metadata = {key: value for key, value in best.chunk.metadata.items() if key not in _CHUNK_KEYS}
     first, last = window.chunks[0], window.chunks[-1]
@@ -152,6 +195,7 @@ def to_document(window: Window, *, over_budget: bool = False) -> Document:
             "hit_scores": [hit.distance for hit in window.hits],
             "hit_spans": [list(spans[hit.chunk.id]) for hit in window.hits],
             "score": window.score,
+            "relevance_score": relevance_score(window.score, space),
         }
     )
     if first.file_id is not None:
@@ -171,9 +215,13 @@ def to_document(window: Window, *, over_budget: bool = False) -> Document:
     return Document(page_content=window.text, metadata=metadata, id=document_id)
 
 
-def to_plain_document(hit: Hit) -> Document:
-    """A hit as the plain chunk it is, with its ``score`` (distance) and, fused, ``hit_ranks``."""
-    metadata = {**hit.chunk.metadata, "score": hit.distance}
+def to_plain_document(hit: Hit, space: Space) -> Document:
+    """A hit as the plain chunk it is, with its scores and, fused, its ``hit_ranks``."""
+    metadata = {
+        **hit.chunk.metadata,
+        "score": hit.distance,
+        "relevance_score": relevance_score(hit.distance, space),
+    }
     if hit.ranks:
         metadata["hit_ranks"] = dict(hit.ranks)
     return Document(page_content=hit.chunk.text, metadata=metadata, id=hit.chunk.id)

@@ -29,14 +29,17 @@ from window_retriever.core._windows import DEFAULT_WINDOW_BUDGET, Mode
 from window_retriever.retrieval._adaptive_strategy import Adaptive
 from window_retriever.retrieval._beside import Beside, Call
 from window_retriever.retrieval._candidates import source_for
-from window_retriever.retrieval._params import OVERRIDABLE, Expansion, Params, describe, resolve
+from window_retriever.retrieval._params import OVERRIDABLE, Expansion, Params, refused, resolve
 from window_retriever.retrieval._pool import Flow, TypicalLength, above_floor
-from window_retriever.retrieval._records import to_plain_document
+from window_retriever.retrieval._records import Unexpandable, to_plain_document
 from window_retriever.retrieval._strategies import BudgetedStatic, StaticWindows, Strategy
 from window_retriever.stores._adapters import store_adapter
 from window_retriever.stores._protocol import WindowStore, aexecute, execute
 
 __all__ = ["OVERRIDABLE", "ContextWindowRetriever"]
+
+_NO_STORE: Any = object()
+"""No ``vectorstore`` given by position."""
 
 
 class ContextWindowRetriever(BaseRetriever):
@@ -56,7 +59,8 @@ class ContextWindowRetriever(BaseRetriever):
     touch merge into one document with the splitter's overlap trimmed, best first.
 
     Scores are distances, as the store reports them: **lower is better**. A window's
-    ``score`` is the minimum distance of the hits inside it.
+    ``score`` is the minimum distance of the hits inside it; its ``relevance_score`` is the
+    same in LangChain's convention, **higher is better**, from 0 to 1.
 
     Chunks must carry the metadata that ``WindowSplitter`` stamps and be stored under their
     ``chunk_id`` (``window_retriever.add_chunks`` does both right).
@@ -73,7 +77,7 @@ class ContextWindowRetriever(BaseRetriever):
             from window_retriever import ContextWindowRetriever, default_embeddings
 
             store = Chroma("docs", embedding_function=default_embeddings(), persist_directory="db")
-            retriever = ContextWindowRetriever(vectorstore=store, k=8, total_budget=2000)
+            retriever = ContextWindowRetriever(store, total_budget=2000)
 
     Invoke:
         .. code-block:: python
@@ -179,13 +183,24 @@ class ContextWindowRetriever(BaseRetriever):
 
     _adapted: tuple[Any, WindowStore] | None = PrivateAttr(default=None)
     _lengths: TypicalLength = PrivateAttr(default_factory=TypicalLength)
+    _unexpandable: Unexpandable | None = PrivateAttr(default=None)
 
-    def __init__(self, **kwargs: Any) -> None:
-        """Validate the arguments; a bad or unknown one raises ``ConfigurationError``."""
+    def __init__(self, vectorstore: Any = _NO_STORE, /, **kwargs: Any) -> None:
+        """Validate the arguments; a bad or unknown one raises ``ConfigurationError``.
+
+        The store may come first, by position, as LangChain's ``Document(page_content)``
+        takes its text: ``ContextWindowRetriever(store, total_budget=2000)``; every other
+        option is a keyword.
+        """
+        if vectorstore is not _NO_STORE:
+            if "vectorstore" in kwargs:
+                msg = "vectorstore given twice (by position and as vectorstore=); pass it once"
+                raise ConfigurationError(msg)
+            kwargs["vectorstore"] = vectorstore
         try:
             super().__init__(**kwargs)
         except ValidationError as error:
-            raise ConfigurationError(describe(error, sorted(type(self).model_fields))) from None
+            raise refused(error, sorted(type(self).model_fields)) from None
 
     @model_validator(mode="after")
     def _check(self) -> ContextWindowRetriever:
@@ -220,7 +235,8 @@ class ContextWindowRetriever(BaseRetriever):
         params = self._params(kwargs)
         source = source_for(params, store)
         pool = _run(source.find(_checked(query), params.k, params, embeddings=False), store)
-        return [to_plain_document(hit) for hit in above_floor(pool.hits, params.floor)[: params.k]]
+        hits = above_floor(pool.hits, params.floor)[: params.k]
+        return [to_plain_document(hit, pool.space) for hit in hits]
 
     def _flow(self, query: str, params: Params, store: WindowStore) -> Flow:
         """The whole retrieval: candidates, then the strategy's plan, fetch and selection."""
@@ -229,7 +245,19 @@ class ContextWindowRetriever(BaseRetriever):
 
     def _params(self, overrides: dict[str, Any]) -> Params:
         fields = {name: getattr(self, name) for name in OVERRIDABLE}
-        return resolve(fields, overrides, length_function=self.length_function, strict=self.strict)
+        return resolve(
+            fields,
+            overrides,
+            length_function=self.length_function,
+            unexpandable=self._unexpandable_hits(),
+        )
+
+    def _unexpandable_hits(self) -> Unexpandable:
+        """What to do with a hit that cannot grow: one policy (one warning) per retriever."""
+        policy = self._unexpandable
+        if policy is None or policy.strict != self.strict:
+            policy = self._unexpandable = Unexpandable(strict=self.strict)
+        return policy
 
     def _store(self) -> WindowStore:
         """The adapter of ``vectorstore``; a new one (and a fresh start) when it is reassigned."""
@@ -238,6 +266,7 @@ class ContextWindowRetriever(BaseRetriever):
             adapted = (self.vectorstore, store_adapter(self.vectorstore))
             self._adapted = adapted
             self._lengths = TypicalLength()
+            self._unexpandable = None  # another store: warn of its chunks afresh
         return adapted[1]
 
 
@@ -251,6 +280,12 @@ def strategy_for(params: Params, lengths: TypicalLength) -> Strategy:
 def _checked(query: Any) -> str:
     if not isinstance(query, str):
         msg = f"the query must be a string, got {type(query).__name__}"
+        raise ConfigurationError(msg)
+    if not query.strip():
+        msg = (
+            f"the query is empty ({query!r}); ask a question, e.g. "
+            "retriever.invoke('How do I close a file?')"
+        )
         raise ConfigurationError(msg)
     return query
 

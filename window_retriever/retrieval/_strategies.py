@@ -43,6 +43,7 @@ from window_retriever.retrieval._records import (
     to_document,
     without_repeated_texts,
 )
+from window_retriever.stores._protocol import Space
 
 # Fetch rounds per search: the first fetch nearly always suffices; each further round at
 # least extends every unfinished window, so this bound is never reached on real data.
@@ -77,7 +78,7 @@ class _Budgeted(Strategy):
         yield from neighbours.fetch(pool, [*pool.unread.values(), *planned])
         pool.settle()  # hits known by id only were read with the neighbours
         pool.hits = above_floor(pool.hits, params.floor)  # the weaker stay known as neighbours
-        return documents_of(*self.select(pool, params, measure), total, params)
+        return documents_of(*self.select(pool, params, measure), total, params, pool.space)
 
     @abstractmethod
     def plan(self, pool: Pool, params: Params, measure: Measure) -> list[Position]:
@@ -118,11 +119,17 @@ class BudgetedStatic(_Budgeted):
         return windows, len(windows) == 1 and measure.run(windows[0].chunks) > total
 
 
-def documents_of(windows: list[Window], over: bool, total: int, params: Params) -> list[Document]:
-    """The chosen windows as documents, cut to the total budget unless the one is over it."""
+def documents_of(
+    windows: list[Window], over: bool, total: int, params: Params, space: Space
+) -> list[Document]:
+    """The chosen windows as documents, cut to the total budget unless the one is over it.
+
+    ``space``: the distance space of the hits' scores (for ``relevance_score``).
+    """
     if not over:
         windows = fit_total(windows, total, params.length_function)
-    return without_repeated_texts([to_document(window, over_budget=over) for window in windows])
+    documents = [to_document(window, space, over_budget=over) for window in windows]
+    return without_repeated_texts(documents)
 
 
 class StaticWindows(Strategy):
@@ -171,7 +178,8 @@ class StaticWindows(Strategy):
                 or (pool.returned < fetch_k and not unread)
                 or (self.floored and not unread)
             ):
-                return without_repeated_texts([to_document(window) for window in assembly.windows])
+                documents = [to_document(window, pool.space) for window in assembly.windows]
+                return without_repeated_texts(documents)
             if unread:
                 lean = False  # fewer windows than planned: read every candidate
             else:
