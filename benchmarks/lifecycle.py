@@ -75,8 +75,24 @@ if "url" in config:
     client = chromadb.HttpClient(host=host, port=int(port))
 else:
     client = chromadb.PersistentClient(path=config["path"])
-store = Chroma(collection_name="lifecycle", client=client,
-               embedding_function=DeterministicFakeEmbedding(size=64))
+embeddings = DeterministicFakeEmbedding(size=64)
+if config.get("query_model") == "minilm":  # the packaged model embeds each query
+    from langchain_core.embeddings import Embeddings
+    from window_retriever._embeddings import default_embeddings
+
+    class PackagedQueries(Embeddings):  # its query vector cut to the store's 64 dimensions
+
+        model = default_embeddings()
+
+        def embed_documents(self, texts):
+            return embeddings.embed_documents(texts)
+
+        def embed_query(self, text):
+            return self.model.embed_query(text)[:64]
+
+    embeddings = PackagedQueries()
+store = Chroma(collection_name=config["collection"], client=client,
+               embedding_function=embeddings)
 retriever = ContextWindowRetriever(vectorstore=store, total_budget=2000)
 """
 
@@ -88,21 +104,33 @@ def memory(field):
 if config.get("static_only"):  # the baseline: a process that never makes a keyword index
     retriever = ContextWindowRetriever(vectorstore=store, k=4)
 started = time.perf_counter()
-retriever.invoke(config["query"])
+first = retriever.invoke(config["query"])
 seconds = time.perf_counter() - started
 row = {"seconds": seconds, "peak_rss_mib": memory("VmHWM"), "rss_mib": memory("VmRSS")}
+if not config.get("static_only"):
+    from window_retriever.stores import keyword_index
+    index = keyword_index(store)
+    row["keyword_leg_at_first_query"] = first[0].metadata.get("keyword_leg", "ready") if first else None
+    if config.get("build"):  # wait for the index (built in the background) and save it
+        started = time.perf_counter()
+        index.refresh()
+        row["ready_after_seconds"] = seconds + time.perf_counter() - started
 if config.get("warm"):
     import statistics
     static = ContextWindowRetriever(vectorstore=store, k=4)
-    times = {"default": [], "static": []}
+    filters = {"none": None, **config.get("filters", {})}
+    times = {(name, where): [] for name in ("default", "static") for where in filters}
     for query in config["warm"]:
-        for name, each in (("default", retriever), ("static", static)):
-            started = time.perf_counter()
-            each.invoke(query)
-            times[name].append(time.perf_counter() - started)
-    p50 = {name: statistics.median(values) * 1000 for name, values in times.items()}
-    row["warm_p50_ms"] = p50
-    row["warm_ratio"] = p50["default"] / p50["static"]
+        for where, value in filters.items():
+            for name, each in (("default", retriever), ("static", static)):
+                started = time.perf_counter()
+                each.invoke(query, filter=value)
+                times[name, where].append(time.perf_counter() - started)
+    for where in filters:
+        p50 = {name: statistics.median(times[name, where]) * 1000 for name in ("default", "static")}
+        suffix = "" if where == "none" else f"_{where}"
+        row["warm_p50_ms" + suffix] = p50
+        row["warm_ratio" + suffix] = p50["default"] / p50["static"]
     row["rss_mib_after_warm"] = memory("VmRSS")
     row["peak_rss_mib_after_warm"] = memory("VmHWM")
     # of the RSS: the process's own memory, and pages of files it maps (the saved index's,
@@ -125,6 +153,9 @@ while True:
 
 WORD = "zymurgyword"
 """The word only the added chunks hold."""
+
+ADDED_TENANT = "added-by-lifecycle"
+"""The added chunks' tenant, no other chunk's: they are deleted by it after the run."""
 
 
 def child(script: str, config: dict[str, Any], env: dict[str, str]) -> subprocess.Popen[str]:
@@ -158,7 +189,7 @@ def another_writer(
         pages = [
             Document(
                 f"Added note {n}: the {WORD} setting is documented here, part {n}.",
-                metadata={"source": f"added-{n}", "tenant": "t0"},
+                metadata={"source": f"added-{n}", "tenant": ADDED_TENANT},
             )
             for n in range(added)
         ]
@@ -192,6 +223,8 @@ def run_place(
     warm: int,
     kept: Path | None = None,
     text: str = "synthetic",
+    collection: str = "lifecycle",
+    query_model: str = "fake",
 ) -> dict[str, Any]:
     env = {**os.environ, "WINDOW_RETRIEVER_CACHE": str(folder / "cache")}
     server = None
@@ -210,9 +243,15 @@ def run_place(
             split, queries = realistic_corpus(chunks)
         else:
             split, queries = corpus(chunks)
-        config["query"] = queries[0]
+        config |= {
+            "query": queries[0],
+            "collection": collection,
+            "query_model": query_model,
+            # 1% of the chunks (realistic: 100 tenants), 10% (synthetic: 10 tenants)
+            "filters": {"tenant": {"tenant": "t37" if text == "realistic" else "t3"}},
+        }
         store = Chroma(
-            collection_name="lifecycle",
+            collection_name=collection,
             client=client,
             embedding_function=DeterministicFakeEmbedding(size=64),
         )
@@ -225,11 +264,14 @@ def run_place(
             row["fill_seconds"] = time.perf_counter() - started
         if kept is not None:  # a build of its own, not an earlier run's saved index
             shutil.rmtree(kept / "window_retriever_keyword", ignore_errors=True)
-        row["first_process"] = first_query(config, env)
+        row["first_process"] = first_query({**config, "build": True}, env)
         row["next_process"] = first_query({**config, "warm": queries[1 : 1 + warm]}, env)
         static = {**config, "warm": queries[1 : 1 + warm], "static_only": True}
         row["static_process"] = first_query(static, env)
-        row |= another_writer(store, config, env, added)
+        try:
+            row |= another_writer(store, config, env, added)
+        finally:  # a kept store stays as it was filled, for the next run
+            store.delete(where={"tenant": ADDED_TENANT})
         print(json.dumps(row), flush=True)
         return row
     finally:
@@ -252,6 +294,18 @@ def main() -> None:
         default="synthetic",
         help="synthetic chunks (the keyword search's worst case) or real documentation",
     )
+    parser.add_argument(
+        "--collection",
+        default="lifecycle",
+        help="the collection (keyword_cost.py --keep-store fills keywords-realistic-N)",
+    )
+    parser.add_argument(
+        "--query-model",
+        choices=["fake", "minilm"],
+        default="fake",
+        help="what embeds each query: the fake embedding, or the packaged model (its vector "
+        "cut to the store's 64 dimensions)",
+    )
     args = parser.parse_args()
     rows = []
     for place in args.places.split(","):
@@ -264,6 +318,8 @@ def main() -> None:
                 args.warm,
                 args.keep_store,
                 args.corpus,
+                args.collection,
+                args.query_model,
             )
             rows.append(row)
     if args.json:

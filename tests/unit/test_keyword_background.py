@@ -22,9 +22,9 @@ from langchain_core.documents import Document
 from langchain_core.embeddings import DeterministicFakeEmbedding
 
 import window_retriever.keywords._lifecycle as lifecycle
-from window_retriever import WindowSplitter, add_chunks
+from window_retriever import ContextWindowRetriever, WindowSplitter, add_chunks
 from window_retriever.keywords._index import KeywordIndex
-from window_retriever.stores._chroma_keywords import ChromaKeywordSource
+from window_retriever.stores._chroma_keywords import ChromaKeywordSource, keyword_index
 
 GATE_SECONDS = 10.0
 
@@ -122,3 +122,29 @@ def test_a_search_answers_from_the_snapshot_it_has_while_a_catch_up_runs() -> No
 
     assert len(eventually(lambda: index.search("pangolin", k=5))) == 1
     assert index.catch_ups == 1 and index.builds == 1
+
+
+def test_documents_say_the_keyword_leg_is_building_until_the_index_is_ready(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    store = store_of(["The window budget grows.", "Chunks merge into windows."])
+    gate = threading.Event()
+    pages = ChromaKeywordSource.pages
+
+    def gated(self: ChromaKeywordSource, size: int) -> Iterator[Any]:
+        gate.wait(GATE_SECONDS)
+        yield from pages(self, size)
+
+    monkeypatch.setattr(ChromaKeywordSource, "pages", gated)
+    retriever = ContextWindowRetriever(store, total_budget=500)
+
+    first = retriever.invoke("window budget")  # answered by the vector leg alone, at once
+    assert first and {d.metadata.get("keyword_leg") for d in first} == {"building"}
+    assert (
+        "keyword_leg" not in ContextWindowRetriever(store, k=2).invoke("window budget")[0].metadata
+    )
+
+    gate.set()
+    keyword_index(store).refresh()
+    later = retriever.invoke("window budget")
+    assert later and all("keyword_leg" not in d.metadata for d in later)

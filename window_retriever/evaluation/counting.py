@@ -47,6 +47,10 @@ class CountingStore(WindowStore):
         """As the wrapped store."""
         return self.store.keyword_search_ready()
 
+    def keyword_search_building(self) -> bool:
+        """As the wrapped store."""
+        return self.store.keyword_search_building()
+
     def held(self) -> Held | None:
         """What the wrapped store holds in this process (not a store call: not counted)."""
         return self.store.held()

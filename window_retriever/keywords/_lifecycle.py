@@ -386,6 +386,15 @@ class KeptIndex:
         finally:
             self._lock.release()
 
+    @property
+    def building(self) -> bool:
+        """Whether no snapshot is held yet: searches find nothing until the first build ends.
+
+        Before the first build of a large collection, which runs in the background
+        (:meth:`_current`), and after a failed one, until the next check builds it.
+        """
+        return self._snapshot is None
+
     def _enter(self) -> bool:
         """Take the lock unless a refresh runs in the background (then False, at once)."""
         while not self._lock.acquire(timeout=0.05):

@@ -28,7 +28,7 @@ from window_retriever.core._fusion import DEFAULT_KEYWORD_WEIGHT
 from window_retriever.core._windows import DEFAULT_WINDOW_BUDGET, Mode
 from window_retriever.retrieval._adaptive_strategy import Adaptive
 from window_retriever.retrieval._beside import Beside, Call
-from window_retriever.retrieval._candidates import source_for
+from window_retriever.retrieval._candidates import HybridSearch, source_for
 from window_retriever.retrieval._params import OVERRIDABLE, Expansion, Params, refused, resolve
 from window_retriever.retrieval._pool import Flow, TypicalLength, above_floor
 from window_retriever.retrieval._records import Unexpandable, to_plain_document
@@ -241,7 +241,13 @@ class ContextWindowRetriever(BaseRetriever):
     def _flow(self, query: str, params: Params, store: WindowStore) -> Flow:
         """The whole retrieval: candidates, then the strategy's plan, fetch and selection."""
         source = source_for(params, store)
-        return strategy_for(params, self._lengths).run(_checked(query), params, source)
+        documents: list[Document] = yield from strategy_for(params, self._lengths).run(
+            _checked(query), params, source
+        )
+        if isinstance(source, HybridSearch) and store.keyword_search_building():
+            for document in documents:  # the keyword leg found nothing: its index is not built
+                document.metadata["keyword_leg"] = "building"
+        return documents
 
     def _params(self, overrides: dict[str, Any]) -> Params:
         fields = {name: getattr(self, name) for name in OVERRIDABLE}

@@ -131,6 +131,13 @@ class ChromaWindowStore(WindowStore, AsyncWindowStore):
         index = self._index()
         return index is not None and index.ready()
 
+    def keyword_search_building(self) -> bool:
+        """Whether this process's keyword index of the collection holds no snapshot yet."""
+        if type(self).keyword_search is not ChromaWindowStore.keyword_search:
+            return False
+        index = self._index()
+        return index is not None and index.building
+
     def held(self) -> KeywordIndex | None:
         """The collection's keyword index in this process, once one was made (never makes one).
 

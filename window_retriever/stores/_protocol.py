@@ -259,6 +259,15 @@ class WindowStore(ABC):
         """
         return False
 
+    def keyword_search_building(self) -> bool:
+        """Whether :meth:`keyword_search` finds nothing for now: its index is not built yet.
+
+        ``True`` while a first build runs in the background (Chroma's index of a large
+        collection): the retriever then marks its documents ``keyword_leg="building"``, found
+        by the vector leg alone. ``False`` (the default) otherwise.
+        """
+        return False
+
     def held(self) -> Held | None:
         """What this process holds of the store's chunks beside it (:class:`Held`), or ``None``.
 
