@@ -315,3 +315,48 @@ def test_an_index_that_fails_again_when_rebuilt_is_one_store_error(
     monkeypatch.setattr(Engine, "top", broken)
     with pytest.raises(StoreError, match=r"failed twice, .*: tantivy: the index is damaged"):
         index.search(QUESTION, 5)
+
+
+TRUNCATE_SAVED = """
+import json, sys
+from pathlib import Path
+from langchain_chroma import Chroma
+from langchain_core.embeddings import DeterministicFakeEmbedding
+from tests.unit.test_bounds import QUESTION, pages
+from window_retriever import add_chunks
+from window_retriever.keywords._index import KeywordIndex
+from window_retriever.keywords._lifecycle import FOLDER
+from window_retriever.stores import keyword_index
+
+directory = Path(sys.argv[1])
+store = Chroma("docs", DeterministicFakeEmbedding(size=16), persist_directory=str(directory))
+add_chunks(store, pages())
+expected = keyword_index(store).search(QUESTION, 5)  # built and saved
+KeywordIndex._shared.clear()  # a process that loads it (its files mapped into memory)
+index = keyword_index(store, check_interval=0)
+assert index.search("nothing", 1) == [] and index.loads == 1
+saved = directory / FOLDER / str(store._collection.id)
+for path in saved.iterdir():  # cp of a smaller backup: each file written over, shorter
+    if path.is_file() and path.name != "state.json" and path.stat().st_size > 1:
+        with path.open("r+b") as file:
+            file.truncate(path.stat().st_size // 2)
+found = index.search(QUESTION, 5)
+print(json.dumps({"expected": expected, "found": found, "builds": index.builds}))
+"""
+
+
+def test_saved_files_truncated_under_the_process_do_not_crash_it(tmp_path: Path) -> None:
+    """Files cut shorter in place under a process that loaded them (tantivy maps its files
+    into memory): the engine's failure is caught, the index rebuilt, the answer unchanged."""
+    done = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(TRUNCATE_SAVED), str(tmp_path)],
+        cwd=Path(__file__).parents[2],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, (done.returncode, done.stderr[-3000:])
+    found = json.loads(done.stdout)
+    assert found["found"] == found["expected"] and found["builds"] == 1
+    assert "it is rebuilt from the collection" in done.stderr
