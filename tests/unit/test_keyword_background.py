@@ -148,3 +148,27 @@ def test_documents_say_the_keyword_leg_is_building_until_the_index_is_ready(
     keyword_index(store).refresh()
     later = retriever.invoke("window budget")
     assert later and all("keyword_leg" not in d.metadata for d in later)
+
+
+def test_reconciliations_take_no_more_than_their_share_of_a_core() -> None:
+    """A pass that takes longer than ``RECONCILE_SHARE`` of its interval pushes the next one
+    back (at 1M chunks a pass reads for 90 s: every 600 s would be 15% of a core)."""
+
+    class Slow:
+        reconcile_interval = 0.01
+        passes = 0
+
+        def reconcile(self) -> None:
+            self.passes += 1
+            time.sleep(0.02)  # with RECONCILE_SHARE 0.05: the next in 0.4 s, not 0.01
+
+    reconciler, index = lifecycle._Reconciler(), Slow()
+    reconciler.schedule(index)  # type: ignore[arg-type]
+    try:
+        deadline = time.monotonic() + GATE_SECONDS
+        while not index.passes and time.monotonic() < deadline:
+            time.sleep(0.005)
+        time.sleep(0.3)  # the next pass is due 0.4 s after the first ended
+    finally:
+        reconciler.stop()
+    assert index.passes == 1  # without the share: about ten

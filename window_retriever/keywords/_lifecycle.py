@@ -79,6 +79,11 @@ DEFAULT_RECONCILE_INTERVAL = 600.0
 """Seconds between two reconciliations of an index with its collection (:meth:`KeptIndex.
 reconcile`): the bound on a write that bypassed this library and kept the record count."""
 
+RECONCILE_SHARE = 0.05
+"""The most of one core reconciliations in the background may take: the next one starts no
+sooner than its interval, nor than the last one's duration divided by this after it (a pass of
+90 s at 1M chunks: the next 30 minutes later, not 10). The bound above grows as much."""
+
 INLINE_ROWS = 10_000
 """A refresh (build or catch-up) of an index of at most this many rows runs in the search that
 found it due: under about a second (a build reads and indexes about 10k chunks a second on 2
@@ -757,8 +762,9 @@ def _differing(
 class _Reconciler:
     """One daemon thread per process that reconciles each index every reconcile_interval.
 
-    An index is scheduled at each check of its (:meth:`schedule`, which costs a dict lookup);
-    an index no longer referenced is forgotten (weak references). A reconciliation that fails
+    After a pass that took more than ``RECONCILE_SHARE`` of that, the next waits longer. An
+    index is scheduled at each check of its (:meth:`schedule`, which costs a dict lookup); an
+    index no longer referenced is forgotten (weak references). A reconciliation that fails
     is logged and tried again an interval later.
     """
 
@@ -801,16 +807,18 @@ class _Reconciler:
                     with self._lock:
                         self._due.pop(key, None)
                     continue
+                started = time.monotonic()
                 try:
                     index.reconcile()
                 except Exception as error:
                     logger.warning("the keyword index could not be reconciled: %s", error)
-                interval = index.reconcile_interval
+                interval, took = index.reconcile_interval, time.monotonic() - started
                 with self._lock:
                     if interval is None or math.isinf(interval):
                         self._due.pop(key, None)
-                    else:
-                        self._due[key] = (time.monotonic() + interval, ref)
+                    else:  # no more than RECONCILE_SHARE of a core, however large the index
+                        later = max(interval, took / RECONCILE_SHARE)
+                        self._due[key] = (time.monotonic() + later, ref)
                 del index
             self._wake.wait(min(waits, default=60.0) if not due else 0)
             self._wake.clear()
