@@ -172,3 +172,23 @@ def test_reconciliations_take_no_more_than_their_share_of_a_core() -> None:
     finally:
         reconciler.stop()
     assert index.passes == 1  # without the share: about ten
+
+
+def test_a_new_process_loads_the_saved_index_once_and_holds_it(tmp_path: Any) -> None:
+    """A process that finds the saved index as the collection is loads it in its first search
+    and keeps it: every later search reads the held snapshot, none loads it again (each did,
+    and answered from the load without holding it: at 100k chunks the default read 78 chunks
+    a query where it reads 7, and cost 4.4x static windows where it costs 1.0x)."""
+    client = chromadb.PersistentClient(path=str(tmp_path))
+    store = Chroma("saved", DeterministicFakeEmbedding(size=8), client=client)
+    texts = ["The window budget grows.", "Chunks merge into windows."]
+    documents = [Document(text, metadata={"source": f"p{i}"}) for i, text in enumerate(texts)]
+    add_chunks(store, WindowSplitter().split_documents(documents))
+    keyword_index(store).refresh()  # built and saved
+    KeywordIndex._shared.clear()  # as a new process: nothing held
+
+    index = keyword_index(store, check_interval=0)
+    for _ in range(5):
+        assert len(index.search("window budget", k=5)) == 2
+    assert index.loads == 1 and index.builds == 0
+    assert not index.building

@@ -376,7 +376,11 @@ class KeptIndex:
                 if wait or fingerprint.count <= INLINE_ROWS:
                     snapshot = self._switch_to(fingerprint)
                 else:
-                    snapshot = self._load(fingerprint) or self._first_later(fingerprint)
+                    # a saved copy as the collection is, loaded here (a load is quick), and
+                    # held; else one of any state, or a build, in the background
+                    snapshot = self._snapshot = self._load(fingerprint) or self._first_later(
+                        fingerprint
+                    )
             elif (changed := self._changed(snapshot, started, epoch)) is not None:
                 if wait or max(len(snapshot.rows), changed.count) <= INLINE_ROWS:
                     snapshot = self._switch_to(changed)
