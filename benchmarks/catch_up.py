@@ -18,6 +18,13 @@ alternately, ``add_chunks`` writes ``--added`` new chunks and the reader's
 
 Also timed: a reconciliation that finds nothing (``KeywordIndex.reconcile``: every record
 read and compared by its digest). Seconds, medians of the rounds.
+
+With ``--drift`` (realistic corpus), what updating in place costs the ranking: writes that
+rewrite existing chunks (each text replaced by another chunk's, so the engine deletes a
+document and adds one) until ``--drift-steps`` shares of the rows were rewritten, and after
+each the reader's top ``k`` (10, the default's) for each real question against those of an
+index built anew from the same records (exact BM25 statistics): the mean share of the top
+``k`` they hold in common, and the share of questions whose top ``k`` is the same list.
 """
 
 from __future__ import annotations
@@ -48,6 +55,64 @@ def fill(store: Any, texts: list[str], metadatas: list[dict[str, Any]]) -> None:
         )
 
 
+def drift(
+    store: Any,
+    index: Any,
+    texts: list[str],
+    metadatas: list[dict[str, Any]],
+    base: int,
+    steps: list[float],
+) -> list[dict[str, Any]]:
+    """The in-place reader's top 10 against a fresh build's after rewrites (see the module)."""
+    import random
+
+    import realistic
+    from langchain_core.documents import Document
+
+    from window_retriever import add_chunks
+    from window_retriever.keywords._index import KeywordIndex
+    from window_retriever.stores._chroma_keywords import ChromaKeywordSource
+
+    k = 10
+    questions = realistic.questions()
+    rng = random.Random(7)
+    order = list(range(base))
+    rng.shuffle(order)
+    rewritten, rows = 0, []
+    for share in steps:
+        target = int(share * base)
+        batch = []
+        for position in order[rewritten:target]:  # chunk at position gets another's text
+            source = texts[rng.randrange(base)]
+            batch.append(
+                Document(source, metadata=metadatas[position], id=metadatas[position]["chunk_id"])
+            )
+        for start in range(0, len(batch), 1000):  # writes of 1,000, each caught up with
+            add_chunks(store, batch[start : start + 1000])
+            index.refresh()
+        rewritten = target
+        fresh = KeywordIndex(ChromaKeywordSource(store), check_interval=0, reconcile_interval=None)
+        fresh.directory = None  # built in memory from the records: nothing saved is loaded
+        fresh.refresh()
+        common, same = [], 0
+        for question in questions:
+            held = [chunk_id for chunk_id, _ in index.search(question, k)]
+            exact = [chunk_id for chunk_id, _ in fresh.search(question, k)]
+            common.append(len(set(held) & set(exact)) / max(1, len(exact)))
+            same += held == exact
+        rows.append(
+            {
+                "rewritten_share": share,
+                "engine_deleted": index.engine_deletes,
+                "top10_in_common": round(statistics.mean(common), 4),
+                "same_top10": round(same / len(questions), 4),
+                "questions": len(questions),
+            }
+        )
+        print(json.dumps(rows[-1]), file=sys.stderr)
+    return rows
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--chunks", type=int, default=100_000)
@@ -55,6 +120,8 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--corpus", choices=["realistic", "synthetic"], default="realistic")
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--drift", action="store_true", help="measure the ranking's drift")
+    parser.add_argument("--drift-steps", type=float, nargs="+", default=[0.05, 0.1, 0.2])
     args = parser.parse_args()
 
     import chromadb
@@ -122,6 +189,8 @@ def main() -> int:
         found = index.reconcile()
         results["reconcile_s"] = round(time.perf_counter() - started, 2)
         results["reconcile_found"] = len(found)
+        if args.drift:
+            results["drift"] = drift(store, index, texts, metadatas, base, args.drift_steps)
     print(json.dumps(results, indent=2))
     if args.json:
         args.json.write_text(json.dumps(results, indent=2) + "\n")
