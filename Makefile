@@ -54,9 +54,9 @@ bench: $(VENV)/.installed
 bench-locomo: $(VENV)/.installed
 	$(PY) benchmarks/locomo.py
 
-## bench-budget: one total budget, adaptive windows against plain and peers on both dev sets
+## bench-budget: one total budget, adaptive windows against plain and peers on every dev set
 bench-budget: $(VENV)/.installed
-	$(PY) benchmarks/pydocs.py --check
+	$(PY) benchmarks/docsets.py --check
 	$(PY) benchmarks/budget.py --out benchmarks/results/budget.json
 
 clean:

