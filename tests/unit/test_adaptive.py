@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from window_retriever.core._adaptive import plan_adaptive_fetch, select_adaptive
+from window_retriever.core._adaptive import cut_windows, plan_adaptive_fetch, select_adaptive
 from window_retriever.core._windows import Chunk, Hit, Position, Window
 
 SIZE = 100  # every chunk is 100 characters: budgets below count chunks
@@ -55,8 +55,9 @@ def select_over(
     coherence: float = 0.5,
     mode: str = "both",
 ) -> tuple[list[Window], bool]:
-    """``select_adaptive`` on the hits named by ``hit_ids``, characters counted with ``len``."""
-    return select_adaptive(
+    """``select_adaptive`` on the hits named by ``hit_ids``, characters counted with ``len``,
+    its part-taken chunk cut as the retriever cuts it."""
+    windows, over = select_adaptive(
         hits_of(chunks, relevance, hit_ids),
         chunks,
         relevance,
@@ -67,6 +68,7 @@ def select_over(
         length_function=len,
         coherence=coherence,  # type: ignore[arg-type]
     )
+    return cut_windows(windows, len), over
 
 
 def select(
@@ -194,11 +196,13 @@ def test_windows_are_ranked_by_their_best_distance() -> None:
 def test_plan_stays_inside_the_budget_reach() -> None:
     chunks = corpus({"a": 50})
     hits = [Hit(chunks[("a", i)], 0.1) for i in (10, 30)]
+    # two whole chunks a side, and the third, which the budget's last step may take in part
     planned = plan_adaptive_fetch(hits, total_budget=3 * SIZE, mode="both", length_function=len)
-    assert sorted(planned) == [("a", i) for i in (8, 9, 11, 12, 28, 29, 31, 32)]
-    assert plan_adaptive_fetch(hits, total_budget=SIZE, mode="both", length_function=len) == []
+    assert sorted(planned) == [("a", i) for i in (7, 8, 9, 11, 12, 13, 27, 28, 29, 31, 32, 33)]
+    one = plan_adaptive_fetch(hits, total_budget=SIZE, mode="both", length_function=len)
+    assert sorted(one) == [("a", i) for i in (9, 11, 29, 31)]
     only_next = plan_adaptive_fetch(hits, total_budget=3 * SIZE, mode="next", length_function=len)
-    assert sorted(only_next) == [("a", i) for i in (11, 12, 31, 32)]
+    assert sorted(only_next) == [("a", i) for i in (11, 12, 13, 31, 32, 33)]
 
 
 # ---- properties ----------------------------------------------------------------------------------
@@ -256,7 +260,14 @@ def test_budget_contiguity_and_provenance_hold_for_any_input(
         indexes = [c.index for c in window.chunks]
         assert indexes == list(range(indexes[0], indexes[0] + len(indexes)))  # type: ignore[operator]
         assert len({(c.file_id, c.version) for c in window.chunks}) == 1
-        assert all(chunks[(c.file_id, c.index)] is c for c in window.chunks)  # type: ignore[index]
+        for chunk in window.chunks:  # each is the stored chunk, or a part of it at a cut end
+            stored = chunks[(chunk.file_id, chunk.index)]  # type: ignore[index]
+            if chunk is not stored:
+                assert window.cut is not None
+                assert chunk is window.chunks[-1 if window.cut.side == "next" else 0]
+                offset = chunk.start - stored.start  # type: ignore[operator]
+                assert offset >= 0 and len(chunk.text) < len(stored.text)
+                assert stored.text[offset : offset + len(chunk.text)] == chunk.text
         assert window.hits and {h.chunk.id for h in window.hits} <= hit_set
         assert not seen & {c.id for c in window.chunks}
         seen |= {c.id for c in window.chunks}

@@ -23,7 +23,11 @@ greedy over one shared budget. At each step the candidates are
   bridged before a weak chunk on one side is taken.
 
 The candidate of highest value that still fits the budget is taken; one that no longer fits
-is dropped for good (the budget only shrinks). Selection stops when nothing fits.
+is dropped for good (the budget only shrinks). When no whole chunk fits, the best candidate
+left fills what the budget has left, in part (a hit's head, or the side of a neighbour next to
+its window), so the budget is spent as plain top chunks spend it; the part is cut at a
+sentence's end once the texts are read (:func:`cut_windows`), and its window says so
+(``Window.cut``).
 
 ``coherence = 0`` reproduces plain top-k (no neighbour beats the hit the search ranked above
 it); ``coherence = 1`` makes every neighbour as good as its hit (blind growth). Because the
@@ -47,20 +51,25 @@ discounted: diversity is between windows, not within one.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from operator import attrgetter
 
 from window_retriever.core._windows import (
     _DIRECTIONS,
     MAX_PLANNED,
     Chunk,
+    Cut,
+    Direction,
     Hit,
     LengthFunction,
     Measure,
     Mode,
     Position,
     Window,
+    _length,
+    join_texts,
 )
 
 Similarity = Callable[[str], Sequence[float] | None]
@@ -96,8 +105,9 @@ def plan_adaptive_fetch(
     a merge may): a hit reaches ``(window_budget - s) / (3/4 s)`` chunks on one side, ``s``
     the hits' lower-quartile length (neighbours are chunks like the hits; the quarter allows
     for shorter ones and for the overlap a join trims; one short hit, such as a file's last
-    chunk, does not widen every hit's reach), and a chunk between two such reaches, which
-    would join two windows into one, is planned too. The plan so depends on two lengths, the
+    chunk, does not widen every hit's reach). One chunk past each reach is planned too: the
+    budget's last step may take it in part (see :class:`~window_retriever.core._windows.Cut`),
+    and it joins two windows whose reaches meet there. The plan so depends on two lengths, the
     hits' lower quartile and median: a plan made before the hits are read, from lengths read
     before, nearly always holds it.
 
@@ -123,32 +133,24 @@ def plan_adaptive_fetch(
     planned: dict[Position, None] = {}
     if not read:
         planned |= {hit.chunk.position: None for hit in windowable}  # type: ignore[misc]
-    if reach <= 0:
-        return list(planned)
     own = reach
     if window_budget is not None:  # the same for every hit, so the plan depends on two lengths
         room = window_budget - short  # any neighbour at all may fit while room is left
         own = min(reach, max(int(room > 0), room // max(1, short * 3 // 4)))
-    edges: set[tuple[Position, int]] = set()  # one past each hit's reach, and its side
+    # ``own`` whole chunks on a side, and one more: the chunk taken in part, or the one that
+    # joins two windows whose reaches meet there
     for hit in windowable[: fits + 2]:
         file_id, index = hit.chunk.position  # type: ignore[misc]
         for direction in _DIRECTIONS[mode]:
             sign = 1 if direction == "next" else -1
-            for step in range(1, reach + 1):
+            for step in range(1, own + 2):
                 position = (file_id, index + sign * step)
                 if position[1] < 0:
                     break
-                if step <= own and position not in known:
+                if position not in known:
                     planned[position] = None
-                elif step == own + 1:
-                    edges.add((position, sign))
                 if len(planned) >= MAX_PLANNED:
                     return list(planned)
-    # a chunk one past a reach joins two windows when the chunk after it is reachable too
-    for (file_id, index), sign in sorted(edges):
-        beyond = (file_id, index + sign)
-        if (file_id, index) not in known and (beyond in planned or beyond in known):
-            planned[(file_id, index)] = None
     return list(planned)
 
 
@@ -161,6 +163,8 @@ class _Run:
     length: int
     order: int
     """When the window was opened: ties go to the older window."""
+    cut: Cut | None = None
+    """Its end chunk on ``cut.side`` is taken in part (the budget's last step)."""
 
     @property
     def key(self) -> tuple[str | None, str | None]:
@@ -183,7 +187,7 @@ class _Candidate:
     chunk: Chunk
     value: float
     run: _Run | None = None
-    direction: str = "next"
+    direction: Direction = "next"
 
 
 _sort_key = attrgetter("sort_key")
@@ -254,28 +258,32 @@ def select_adaptive(
         for r in ranked
         for value in [_relevance(hits[r], relevance)]
     ]
-    while True:
-        candidates: list[_Candidate] = []
+
+    def offers() -> list[_Candidate]:
+        """Every candidate now, best first: the unused hits and each window's next chunks."""
+        found: list[_Candidate] = []
         for r, opener in zip(ranked, opening, strict=True):
             chunk = opener.chunk
-            if chunk.id in taken_ids or ("hit", chunk.id) in dropped:
+            if chunk.id in taken_ids:
                 continue
             if redundancy is not None and not _touching(chunk, taken):
                 value = opener.value - diversity * redundancy.of(r)
                 opener = _Candidate((-value, 0, r, 0), "hit", chunk, value)
-            candidates.append(opener)
+            found.append(opener)
         for run in runs:
             if run.chunks[0].position is None:
                 continue
             for direction in _DIRECTIONS[mode]:
                 grown = _growth(run, direction, chunks, relevance, taken, hits, rank_of, coherence)
-                if grown is not None and ("grow", grown.chunk.id) not in dropped:
-                    candidates.append(grown)
-        if not candidates:
-            break
-        candidates.sort(key=_sort_key)
+                if grown is not None:
+                    found.append(grown)
+        return sorted(found, key=_sort_key)
+
+    while True:
         chosen = None
-        for candidate in candidates:
+        for candidate in offers():
+            if (candidate.kind, candidate.chunk.id) in dropped:
+                continue
             cost, allowed = _cost(candidate, runs, taken, measure, window_budget, k)
             if allowed and spent + cost <= total_budget:
                 chosen = candidate
@@ -287,6 +295,16 @@ def select_adaptive(
         opened += 1
         if redundancy is not None:
             redundancy.take(chosen.chunk.id)
+    # No whole chunk fits any more: the best candidate fills what is left, in part.
+    part = _part(
+        offers(), runs, taken, measure, left=total_budget - spent, window_budget=window_budget, k=k
+    )
+    if part is not None:
+        candidate, cut = part
+        _apply(candidate, runs, taken, taken_ids, measure, opened)
+        holder = _holder(candidate.chunk, runs, taken)
+        assert holder is not None  # noqa: S101 - just taken
+        holder.cut = cut
 
     hits_by_run: dict[int, list[Hit]] = {id(run): [] for run in runs}
     for hit in hits:
@@ -298,6 +316,7 @@ def select_adaptive(
             chunks=tuple(run.chunks),
             hits=tuple(hits_by_run[id(run)]),
             text=measure.join(run.chunks),
+            cut=run.cut,
         )
         for run in runs
         if hits_by_run[id(run)]
@@ -340,7 +359,7 @@ def _holder(chunk: Chunk, runs: Sequence[_Run], taken: Mapping[Position, _Run]) 
 
 def _growth(
     run: _Run,
-    direction: str,
+    direction: Direction,
     chunks: Mapping[Position, Chunk],
     relevance: Mapping[str, float],
     taken: Mapping[Position, _Run],
@@ -460,6 +479,137 @@ def _apply(
             taken[c.position] = merged
         taken_ids.add(c.id)
     return sum(run.length for run in runs)
+
+
+def _part(
+    candidates: Sequence[_Candidate],
+    runs: Sequence[_Run],
+    taken: Mapping[Position, _Run],
+    measure: Measure,
+    *,
+    left: int,
+    window_budget: int,
+    k: int,
+) -> tuple[_Candidate, Cut] | None:
+    """The best candidate to take in part, with the room it is cut to; ``None`` if none.
+
+    A hit that opens a window keeps its head (as plain top chunks' last one does); a chunk that
+    grows a window keeps the part next to it. A part must add at least :data:`_LEAST_PART` of
+    what its whole chunk would. A chunk that would join two windows is not cut (its part would
+    join neither), nor one that would join a hit to a window.
+    """
+    for candidate in candidates:
+        touching = _touching(candidate.chunk, taken)
+        if candidate.kind == "hit":
+            whole = measure.text(candidate.chunk)
+            if not touching and len(runs) < k and left >= _LEAST_PART * whole:
+                return candidate, Cut("next", left)
+            continue
+        run = candidate.run
+        assert run is not None  # noqa: S101 - a growth has its window
+        whole = measure.run(sorted([*run.chunks, candidate.chunk], key=_index)) - run.length
+        room = min(left, window_budget - run.length)
+        if touching == [run] and room > 0 and room >= _LEAST_PART * whole:
+            return candidate, Cut(candidate.direction, run.length + room)
+    return None
+
+
+_LEAST_PART = 0.1
+"""A part under a tenth of its chunk is not worth a seam (nor the read of the chunk)."""
+
+
+def cut_windows(windows: Sequence[Window], length_function: LengthFunction) -> list[Window]:
+    """Cut each window's part-taken chunk (see :class:`Cut`) to its room, on the texts as read.
+
+    Selection chooses by lengths alone (on stand-ins too); where the part ends depends on the
+    text, so the cut is made here, once the chunks are read. The part ends (or, for a window's
+    first chunk, starts) at a sentence's end where that keeps at least half of what the room
+    holds, else at a line's end, else at a word's end, else where the room ends
+    (:func:`_cut_chunk`). Selection takes a part only where the room holds something past
+    what the window already holds (the splitter's overlap); should none be left, the chunk is
+    left out (and its window, if it held nothing else).
+    """
+    kept: list[Window] = []
+    for window in windows:
+        cut = window.cut
+        if cut is None:
+            kept.append(window)
+            continue
+        whole = window.chunks[-1] if cut.side == "next" else window.chunks[0]
+        rest = window.chunks[:-1] if cut.side == "next" else window.chunks[1:]
+        part = _cut_chunk(whole, rest, cut, length_function)
+        chunks = rest if part is None else ((*rest, part) if cut.side == "next" else (part, *rest))
+        by_id = {chunk.id: chunk for chunk in chunks}
+        hits = tuple(
+            replace(hit, chunk=by_id[hit.chunk.id]) for hit in window.hits if hit.chunk.id in by_id
+        )
+        if hits:
+            cut_off = part is not None and part is not whole
+            kept.append(Window(chunks, hits, join_texts(chunks), cut if cut_off else None))
+    return kept
+
+
+# Where a part may end (or start): after a sentence's closing mark (and any closing quote or
+# bracket) before a space, or at a blank line; at a line's end; at a word's end.
+_BOUNDARIES = (
+    re.compile(r"[.!?][\"')\]]*(?=\s)|(?=\n[ \t]*\n)"),
+    re.compile(r"(?=\n)"),
+    re.compile(r"(?=\s)"),
+)
+
+
+def _cut_chunk(
+    chunk: Chunk, rest: Sequence[Chunk], cut: Cut, length_function: LengthFunction
+) -> Chunk | None:
+    """The part of ``chunk`` kept in the window, or ``None`` when no part adds anything.
+
+    The room holds at most so many characters of the chunk (its head, or its tail). The part
+    ends (or starts) at the first kind of boundary, a sentence's end, a line's end, a word's
+    end, where it still adds at least half of what the room holds; else where the room ends.
+    """
+    text = chunk.text
+    before = _length(length_function, join_texts(rest)) if rest else 0
+
+    def part(size: int) -> Chunk:
+        if cut.side == "next":
+            return replace(chunk, text=text[:size])
+        return replace(
+            chunk, text=text[len(text) - size :], start=_moved(chunk.start, len(text) - size)
+        )
+
+    def added(size: int) -> int:
+        joined = (*rest, part(size)) if cut.side == "next" else (part(size), *rest)
+        return _length(length_function, join_texts(joined)) - before
+
+    room = cut.room - before
+    low, high = 0, len(text)  # the most characters that fit: added(low) <= room
+    while low < high:
+        middle = (low + high + 1) // 2
+        low, high = (middle, high) if added(middle) <= room else (low, middle - 1)
+    most = added(low) if low else 0
+    if most <= 0:
+        return None
+    if low == len(text):
+        return chunk  # it fits whole after all (a join can be shorter than its measure)
+    for pattern in _BOUNDARIES:
+        if cut.side == "next":
+            sizes = [match.end() for match in pattern.finditer(text)]
+        else:
+            sizes = [len(text) - _skip_space(text, match.end()) for match in pattern.finditer(text)]
+        fitting = [size for size in sizes if 0 < size <= low]
+        if fitting and 2 * added(max(fitting)) >= most:
+            return part(max(fitting))
+    return part(low)
+
+
+def _moved(start: int | None, by: int) -> int | None:
+    return None if start is None else start + by
+
+
+def _skip_space(text: str, at: int) -> int:
+    while at < len(text) and text[at].isspace():
+        at += 1
+    return at
 
 
 def _freeze_single(hit: Hit) -> Window:

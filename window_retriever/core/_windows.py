@@ -83,12 +83,28 @@ class Hit:
 
 
 @dataclass(frozen=True, slots=True)
+class Cut:
+    """Part of a window's end chunk, where the budget left room for part of it only.
+
+    ``side`` is the end of the window the chunk is at: ``"next"``, its last chunk, which keeps
+    its head; ``"prev"``, its first chunk, which keeps its tail. The window measures at most
+    ``room`` with the part, which ends (or starts) at a sentence's end where it can (see
+    ``_adaptive.cut_windows``).
+    """
+
+    side: Direction
+    room: int
+
+
+@dataclass(frozen=True, slots=True)
 class Window:
     """Contiguous chunks of one file (in order), the hits inside them, and the joined text."""
 
     chunks: tuple[Chunk, ...]
     hits: tuple[Hit, ...]
     text: str
+    cut: Cut | None = None
+    """The chunk at ``cut.side`` is to be kept, or was kept, in part (see :class:`Cut`)."""
 
     @property
     def score(self) -> float:
@@ -213,7 +229,14 @@ def _smaller(window: Window, *, alone: bool) -> Window | None:
         chunks = chunks[:-1] if len(chunks) - 1 - at >= at else chunks[1:]
     kept = {chunk.id for chunk in chunks}
     hits = tuple(hit for hit in window.hits if hit.chunk.id in kept)
-    return Window(chunks=tuple(chunks), hits=hits, text=join_texts(chunks))
+    cut = window.cut
+    if cut is not None and _end(chunks, cut.side) is not _end(window.chunks, cut.side):
+        cut = None  # the chunk kept in part was dropped
+    return Window(chunks=tuple(chunks), hits=hits, text=join_texts(chunks), cut=cut)
+
+
+def _end(chunks: Sequence[Chunk], side: Direction) -> Chunk:
+    return chunks[-1] if side == "next" else chunks[0]
 
 
 def plan_fetch(

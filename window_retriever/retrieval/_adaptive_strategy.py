@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 from langchain_core.documents import Document
 
-from window_retriever.core._adaptive import plan_adaptive_fetch, select_adaptive
+from window_retriever.core._adaptive import cut_windows, plan_adaptive_fetch, select_adaptive
 from window_retriever.core._ids import make_chunk_id
 from window_retriever.core._windows import Chunk, Hit, Measure, Position, Window
 from window_retriever.retrieval._candidates import CandidateSource
@@ -124,6 +124,7 @@ class Adaptive(_Budgeted):
                 return None
             self.lengths.learn(measure, read.values())
             windows = read_windows(windows, read)
+        windows = cut_windows(windows, params.length_function)  # on the texts read
         # every way here reads through ``neighbours`` before there is a window to return
         return documents_of(windows, over, total, params, neighbours.space or pool.space)
 
@@ -171,7 +172,8 @@ class Adaptive(_Budgeted):
         return _plan(pool.hits, params, measure)
 
     def select(self, pool: Pool, params: Params, measure: Measure) -> tuple[list[Window], bool]:
-        return self._choose(pool, relevance(pool), params, measure)
+        windows, over = self._choose(pool, relevance(pool), params, measure)
+        return cut_windows(windows, params.length_function), over
 
     @staticmethod
     def _choose(

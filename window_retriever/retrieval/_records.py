@@ -207,6 +207,8 @@ def to_document(window: Window, space: Space, *, over_budget: bool = False) -> D
         metadata["end_index"] = window.end_index
     if any(hit.ranks for hit in window.hits):
         metadata["hit_ranks"] = [dict(hit.ranks) for hit in window.hits]
+    if window.cut is not None:  # its end chunk is in it in part; end_index says how far
+        metadata["cut"] = "end" if window.cut.side == "next" else "start"
     if over_budget:
         metadata["over_budget"] = True
     document_id = (

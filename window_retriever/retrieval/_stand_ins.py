@@ -145,4 +145,4 @@ def read_windows(windows: Sequence[Window], read: Mapping[str, Chunk]) -> list[W
 def _read_window(window: Window, read: Mapping[str, Chunk]) -> Window:
     chunks = tuple(read[chunk.id] for chunk in window.chunks)
     hits = tuple(replace(hit, chunk=read[hit.chunk.id]) for hit in window.hits)
-    return Window(chunks=chunks, hits=hits, text=join_texts(chunks))
+    return Window(chunks=chunks, hits=hits, text=join_texts(chunks), cut=window.cut)
