@@ -105,3 +105,30 @@ def test_every_retriever_option_is_in_the_api_options_table() -> None:
     options = set(ContextWindowRetriever.model_fields) - set(BaseRetriever.model_fields)
     assert sorted(options - rows) == []
     assert set(OVERRIDABLE) <= options
+
+
+def test_every_metadata_key_of_a_returned_window_is_in_the_api_table() -> None:
+    """Each key a window's document can carry has its row in "What a retriever returns"."""
+    from window_retriever.core._windows import Chunk, Cut, Hit, Window
+    from window_retriever.retrieval._records import to_document, without_repeated_texts
+
+    text = prose(ROOT / "docs" / "api.md")
+    section = text.split("## What a retriever returns")[1].split("\n## ")[0]
+    rows = {
+        key
+        for cell in re.findall(r"^\| ([^|]+) \|", section, re.MULTILINE)
+        for key in re.findall(r"`(\w+)`", cell)
+    }
+    chunks = [
+        Chunk(id=f"f:{i}", text=f"text {i}.", file_id="f", index=i, start=8 * i) for i in (0, 1)
+    ]
+    window = Window(
+        tuple(chunks),
+        (Hit(chunks[0], 0.2, ranks=(("vector", 1), ("keyword", 2))),),
+        "text 0.text 1.",
+        Cut("next", 12),
+    )
+    documents = [to_document(window, "cosine", over_budget=True) for _ in range(2)]
+    [document] = without_repeated_texts(documents)  # the second is a copy: `also_in`
+    keys = {*document.metadata, "source", "keyword_leg"}  # (those two: set elsewhere)
+    assert sorted(keys - rows) == []
