@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 import chromadb
-from budget import CHUNKS, load_set
+from budget import load_set
 from langchain_core.documents import Document
 from langchain_text_splitters import RecursiveCharacterTextSplitter
 from locomo import build_store
@@ -109,8 +109,7 @@ def windows(documents: Sequence[Document]) -> list[dict[str, Any]]:
 
 def dev_set(name: str, cache: Path) -> tuple[Any, list[str], list[str]]:
     """The dev set's store (``budget.py``'s, built once in ``cache``), questions and sources."""
-    documents, rows = load_set(name)
-    size, overlap = CHUNKS[name]
+    documents, rows, (size, overlap) = load_set(name)
     client = chromadb.PersistentClient(path=str(cache))
     splitter = WindowSplitter(
         RecursiveCharacterTextSplitter(chunk_size=size, chunk_overlap=overlap, add_start_index=True)
