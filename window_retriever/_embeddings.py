@@ -140,18 +140,23 @@ class _Model:
     basic level runs this int8 graph faster than the extended fusions
     (docs/benchmarks.md#the-embedding-models-session-settings). A call that makes one batch
     (a query) runs on a session of all threads instead, so one text is not held to one core.
+
+    Each session is made when a call first needs it (about 0.15 s each on 2 cores, most of it
+    onnxruntime folding the int8 weights): a process that only asks queries makes one, the
+    session of all threads, and none of the single-threaded ones
+    (docs/benchmarks.md#start-up-of-the-command-line-issue-41).
     """
 
     def __init__(self, model_path: Path, threads: int) -> None:
         self.model = _verified(model_path)
         self.threads = threads
         self.tokenizer = _tokenizer()
+        self.inputs: frozenset[str] = frozenset()
+        """The model's input names (every session of it has the same), read from its first."""
         self.idle: queue.SimpleQueue[Any] = queue.SimpleQueue()
-        first = self._session(1)
-        self.inputs = {node.name for node in first.get_inputs()}
-        self.idle.put(first)
-        for _ in range(threads - 1):
-            self.idle.put(self._session(1))
+        self._made = 0
+        """How many single-threaded sessions there are (idle or running), at most threads."""
+        self._made_lock = threading.Lock()
         self.pool = (
             ThreadPoolExecutor(max_workers=threads, thread_name_prefix="window-retriever-embed")
             if threads > 1
@@ -175,7 +180,11 @@ class _Model:
         options.enable_cpu_mem_arena = False
         if threads > 1:  # do not burn the cores that other threads (a loader) need
             options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-        return onnxruntime.InferenceSession(self.model, options, providers=["CPUExecutionProvider"])
+        session = onnxruntime.InferenceSession(
+            self.model, options, providers=["CPUExecutionProvider"]
+        )
+        self.inputs = frozenset(node.name for node in session.get_inputs())
+        return session
 
     def embed(self, texts: list[str], batch_size: int) -> np.ndarray[Any, Any]:
         encodings = self.tokenizer.encode_batch(texts)
@@ -201,6 +210,25 @@ class _Model:
                     job.cancel()
         return out
 
+    def _take_session(self) -> Any:
+        """An idle single-threaded session; a new one while there are fewer than threads."""
+        try:
+            return self.idle.get_nowait()
+        except queue.Empty:
+            pass
+        with self._made_lock:
+            make = self._made < self.threads
+            if make:
+                self._made += 1
+        if not make:  # every session is running: wait for one
+            return self.idle.get()
+        try:
+            return self._session(1)
+        except BaseException:
+            with self._made_lock:
+                self._made -= 1
+            raise
+
     def _wide_session(self) -> Any:
         with self._wide_lock:
             if self._wide is None:
@@ -208,7 +236,7 @@ class _Model:
             return self._wide
 
     def _on_idle_session(self, encodings: Sequence[Any], batch: list[int]) -> Any:
-        session = self.idle.get()
+        session = self._take_session()
         try:
             return self._infer(session, encodings, batch)
         finally:

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from tokenizers import Tokenizer
 
 from window_retriever import ConfigurationError, MiniLMEmbeddings
-from window_retriever._embeddings import MAX_TOKENS, plan_batches
+from window_retriever._embeddings import MAX_TOKENS, _Model, _packaged_model, plan_batches
 
 WORDS = ["the", "bee", "dances", "near", "a", "river", "while", "stars", "turn", "over", "honey"]
 
@@ -100,6 +100,28 @@ def test_the_same_text_embeds_the_same_whatever_its_neighbours() -> None:
     crowd = texts(seed=3, count=20)
     crowd.insert(11, "The river runs to the sea.")
     np.testing.assert_allclose(model.embed_documents(crowd)[11], alone, atol=1e-5, rtol=0)
+
+
+def test_a_query_makes_one_session_and_a_batch_at_most_one_a_thread(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Sessions are made when first needed (each costs about 0.15 s of a command's start-up)."""
+    made: list[int] = []
+    make = _Model._session
+
+    def counted(self: _Model, threads: int) -> Any:
+        made.append(threads)
+        return make(self, threads)
+
+    monkeypatch.setattr(_Model, "_session", counted)
+    model = _Model(_packaged_model(), threads=3)
+    assert made == []
+    query = "How do I close a file after reading it?"
+    np.testing.assert_allclose(model.embed([query], 32)[0], reference([query])[0], atol=1e-5)
+    model.embed(["a second query"], 32)
+    assert made == [3]  # one session of every thread, once
+    model.embed(texts(seed=5, count=40), 4)  # ten batches or more, three at a time
+    assert sorted(made) == [1, 1, 1, 3]
 
 
 @pytest.mark.parametrize(

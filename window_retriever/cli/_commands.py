@@ -60,9 +60,7 @@ def run_ingest(args: argparse.Namespace) -> int:
     from window_retriever.ingestion._web import LoadOptions
 
     metadata = _parse_metadata(args.metadata)
-    splitter = _splitter(args.chunk_size, args.chunk_overlap)
-    if not all(math.isfinite(v) and v > 0 for v in (args.timeout, args.rate, args.max_size_mb)):
-        raise CommandError("--timeout, --rate and --max-size-mb must be positive numbers")
+    splitter = _splitter(args.chunk_size, args.chunk_overlap)  # numbers: checked by the parser
     if args.origin is not None and not args.origin.strip():
         raise CommandError("--origin takes a name, e.g. --origin build-server-docs")
     options = LoadOptions(
@@ -202,7 +200,6 @@ def run_reindex(args: argparse.Namespace) -> int:
 
 
 def run_eval(args: argparse.Namespace) -> int:
-    from window_retriever._embeddings import default_embeddings
     from window_retriever.evaluation import (
         evaluate,
         parse_configs,
@@ -249,7 +246,7 @@ def run_eval(args: argparse.Namespace) -> int:
         questions,
         configs=configs,
         budgets=budgets,
-        count_tokens=default_embeddings().count_tokens,
+        count_tokens=_token_counter(),
         skipped=problems,
     )
     print(f"{count(len(questions), 'question')}, {count(len(problems), 'line')} skipped")
@@ -276,8 +273,6 @@ def run_demo(args: argparse.Namespace) -> int:
             "the demo compares plain chunks and windows at one --total-budget: give a number, "
             f"e.g. --total-budget {DEFAULT_TOTAL_BUDGET}"
         )
-    if args.total_budget < 1:
-        raise CommandError(f"--total-budget must be at least 1, got {args.total_budget}")
     # The collection every command reads by default, so that `query --db DIR` finds it.
     args.chroma_url, args.collection, args.wait = None, DEFAULT_COLLECTION, False
     args.chroma_tenant = args.chroma_database = None
@@ -333,6 +328,12 @@ def run_demo(args: argparse.Namespace) -> int:
     same = "" if budget == DEFAULT_TOTAL_BUDGET else f" --total-budget {budget}"
     print(f'\nAsk another question: {PROG} query --db {args.db} "QUESTION"{same}')
     return EXIT_OK
+
+
+def _token_counter() -> Any:
+    from window_retriever._embeddings import default_embeddings  # numpy, LangChain: not earlier
+
+    return default_embeddings().count_tokens
 
 
 def bundled_pages() -> Path:
@@ -433,14 +434,12 @@ def _retrieve(store: Any, args: argparse.Namespace, where: dict[str, Any] | None
 
 
 def _splitter(size: int, overlap: int) -> Any:
-    from langchain_text_splitters import RecursiveCharacterTextSplitter
-
-    if size < 1:
-        raise CommandError(f"--chunk-size must be at least 1, got {size}")
     if not 0 <= overlap < size:
         raise CommandError(
             f"--chunk-overlap must be from 0 to less than --chunk-size ({size}), got {overlap}"
         )
+    from langchain_text_splitters import RecursiveCharacterTextSplitter
+
     return RecursiveCharacterTextSplitter(
         chunk_size=size, chunk_overlap=overlap, add_start_index=True
     )

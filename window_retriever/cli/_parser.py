@@ -4,16 +4,22 @@ The commands themselves are in ``_commands`` (with ``FLAGS`` and ``said``, which
 library message in flags), what they print in ``_terminal``. Every error becomes one line on
 stderr and a non-zero exit status (``--debug`` shows the traceback). Exit
 status: 0 success, 1 some sources failed to ingest, 2 bad usage or an error.
+
+Parsing imports nothing heavy (no Chroma, LangChain, numpy or model): every number a flag
+takes is checked by its type here, so a bad one is refused at once, before a command imports
+what it needs (docs/benchmarks.md#start-up-of-the-command-line-issue-41; a test keeps these
+types in step with the retriever's own checks).
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import math
 import os
 import sys
 import traceback
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import NoReturn
 
 from window_retriever._errors import OptionName, WindowRetrieverError
@@ -50,8 +56,16 @@ from window_retriever.stores._open import (
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; return the exit status."""
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    return run(parse(argv))
+
+
+def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    """The parsed arguments; a usage error (a bad flag) is one line and ``SystemExit(2)``."""
+    return build_parser().parse_args(argv)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the command of parsed ``args``; return the exit status."""
     try:
         return int(args.run(args))
     except KeyboardInterrupt:
@@ -90,7 +104,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
     parser.add_argument("--debug", action="store_true", help="show tracebacks of errors")
-    parser.set_defaults(debug=False, run=lambda args: _usage(parser))
+    # writes=False: the command writes nothing, so its process may end without Python's
+    # teardown once its output is out (cli._main)
+    parser.set_defaults(debug=False, writes=True, run=lambda args: _usage(parser))
     commands = parser.add_subparsers(title="commands", metavar="COMMAND")
 
     ingest = commands.add_parser(
@@ -108,14 +124,14 @@ def build_parser() -> argparse.ArgumentParser:
     _store_arguments(ingest)
     ingest.add_argument(
         "--chunk-size",
-        type=int,
+        type=_whole(1, "characters"),
         default=400,
         metavar="N",
         help="characters per chunk (default: 400)",
     )
     ingest.add_argument(
         "--chunk-overlap",
-        type=int,
+        type=_whole(0, "characters"),
         default=40,
         metavar="N",
         help="characters shared by neighbouring chunks (default: 40)",
@@ -147,21 +163,21 @@ def build_parser() -> argparse.ArgumentParser:
     )
     ingest.add_argument(
         "--timeout",
-        type=float,
+        type=_positive("seconds"),
         default=20.0,
         metavar="SECONDS",
         help="the most seconds one web page may take in all (default: 20)",
     )
     ingest.add_argument(
         "--max-size-mb",
-        type=float,
+        type=_positive("megabytes"),
         default=10.0,
         metavar="MB",
         help="refuse a page or file larger than this, decompressed (default: 10)",
     )
     ingest.add_argument(
         "--rate",
-        type=float,
+        type=_positive("requests a second"),
         default=2.0,
         metavar="PER_SECOND",
         help="most requests a second to one host (default: 2)",
@@ -202,7 +218,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--filter", metavar="JSON", help='Chroma metadata filter, e.g. \'{"tenant": "acme"}\''
     )
     query.add_argument("--json", action="store_true", help="print machine-readable JSON")
-    query.set_defaults(run=run_query)
+    query.set_defaults(run=run_query, writes=False)
 
     reindex = commands.add_parser(
         "reindex",
@@ -326,21 +342,68 @@ def _store_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _whole(least: int, unit: str) -> Callable[[str], int]:
+    """The type of a flag that takes a whole number of ``unit``, ``least`` or more."""
+
+    def whole(text: str) -> int:
+        try:
+            number = int(text)
+        except ValueError:
+            number = least - 1
+        if number < least:
+            msg = f"takes a whole number of {unit}, at least {least}, got {text!r}"
+            raise argparse.ArgumentTypeError(msg)
+        return number
+
+    return whole
+
+
+def _positive(unit: str) -> Callable[[str], float]:
+    """The type of a flag that takes a positive number of ``unit`` (not infinite)."""
+
+    def positive(text: str) -> float:
+        try:
+            number = float(text)
+        except ValueError:
+            number = math.nan
+        if not (math.isfinite(number) and number > 0):
+            msg = f"takes a positive number of {unit}, got {text!r}"
+            raise argparse.ArgumentTypeError(msg)
+        return number
+
+    return positive
+
+
 def _total_budget(text: str) -> int | None:
-    """``--total-budget``: a number of characters, or ``none`` (no total budget)."""
+    """``--total-budget``: a number of characters, at least 1, or ``none`` (no total budget)."""
     if text.strip().lower() == "none":
         return None
     try:
-        return int(text)
+        number = int(text)
     except ValueError:
-        msg = f"takes a whole number of characters or none, got {text!r}"
-        raise argparse.ArgumentTypeError(msg) from None
+        number = 0
+    if number < 1:
+        msg = f"takes a whole number of characters, at least 1, or none, got {text!r}"
+        raise argparse.ArgumentTypeError(msg)
+    return number
+
+
+def _keyword_weight(text: str) -> float:
+    """``--keyword-weight``: the retriever's ``keyword_weight``, a number from 0 to 100."""
+    try:
+        number = float(text)
+    except ValueError:
+        number = math.nan
+    if not 0.0 <= number <= 100.0:  # NaN too
+        msg = f"takes a number from 0 to 100, got {text!r}"
+        raise argparse.ArgumentTypeError(msg)
+    return number
 
 
 def _window_arguments(parser: argparse.ArgumentParser, *, demo: bool = False) -> None:
     parser.add_argument(
         "-k",
-        type=int,
+        type=_whole(1, "windows"),
         metavar="N",
         help="the most windows to return (default: one per 200 characters of --total-budget, "
         "at least 4; with --total-budget none, exactly this many: 4)",
@@ -353,14 +416,14 @@ def _window_arguments(parser: argparse.ArgumentParser, *, demo: bool = False) ->
     )
     parser.add_argument(
         "--keyword-weight",
-        type=float,
+        type=_keyword_weight,
         metavar="X",
         help="hybrid: the keyword search's weight in the fusion, the vector search's being 1 "
         "(default: 1)",
     )
     parser.add_argument(
         "--window-budget",
-        type=int,
+        type=_whole(1, "characters"),
         default=DEFAULT_WINDOW_BUDGET,
         metavar="N",
         help=f"the most characters of one window (default: {DEFAULT_WINDOW_BUDGET})",
