@@ -375,7 +375,8 @@ def test_demo_writes_the_collection_query_reads_and_compares_at_one_budget(
     # the store the demo made is the one `query --db` opens by default
     assert main(["query", "How do bees make honey?", "--db", str(tmp_path / "demo-db")]) == 0
     captured = capsys.readouterr()
-    assert captured.out.startswith("[1] pages/bees.html"), captured
+    # the source as stored (an absolute path), so that a --filter on what is shown matches
+    assert captured.out.startswith(f"[1] {pages / 'bees.html'}  "), captured
     assert captured.err == ""
 
 
@@ -395,6 +396,31 @@ def test_query_without_a_match_says_so_on_stderr_and_exits_0(
     assert main([*argv, "--json"]) == 0
     captured = capsys.readouterr()
     assert captured.out == "[]\n" and captured.err.startswith("no windows: ")
+
+
+def test_the_source_shown_is_the_one_stored_so_a_filter_on_it_matches(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 41, item 3: ingest and query show the absolute path a local file is stored under."""
+    monkeypatch.chdir(tmp_path)
+    stored = str(_note(tmp_path))
+    assert main(["ingest", "note.txt", "--db", "db"]) == 0  # named by a relative path
+    assert f"added     {stored}: 1 chunk" in capsys.readouterr().out
+    assert main(["query", "bees", "--db", "db"]) == 0
+    shown = capsys.readouterr().out.splitlines()[0].split("  ")[0].removeprefix("[1] ")
+    assert shown == stored
+    found = ["query", "bees", "--db", "db", "--filter", json.dumps({"source": shown})]
+    assert main(found) == 0
+    assert capsys.readouterr().out.startswith(f"[1] {stored}  ")
+    assert main(["query", "bees", "--db", "db", "--filter", '{"source": "note.txt"}']) == 0
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err == (
+        "no windows: nothing in the collection 'documents' matches the --filter (a local "
+        f"file's source is its absolute path, as query shows it: {json.dumps({'source': stored})})\n"
+    )
+    assert main(["ingest", stored, "--db", "db"]) == 0  # named the other way: the same file
+    assert f"unchanged {stored}" in capsys.readouterr().out
 
 
 def test_eval_plot_without_matplotlib_fails_before_the_run(

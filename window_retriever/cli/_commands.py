@@ -26,7 +26,7 @@ from window_retriever._errors import (
     OptionName,
     WindowRetrieverError,
 )
-from window_retriever.cli._terminal import Progress, as_json, count, indent, print_windows, short
+from window_retriever.cli._terminal import Progress, as_json, count, indent, print_windows
 from window_retriever.stores._open import (
     DEFAULT_COLLECTION,
     ENV_TOKEN,
@@ -122,7 +122,7 @@ def _source_line(result: SourceOutcome) -> str:
     from window_retriever.ingestion._loaders import printable
     from window_retriever.ingestion._web import EMPTY
 
-    name, outcome = printable(result.name), result.outcome
+    name, outcome = printable(result.source), result.outcome  # as stored: what --filter names
     if outcome is None:
         if result.error == EMPTY:
             return f"skipped   {name}: empty (no text)"
@@ -174,10 +174,24 @@ def run_query(args: argparse.Namespace) -> int:
     if not docs:  # an answer, not an error (exit 0), but never a silent one
         print(
             f"no windows: nothing in the collection {args.collection!r} matches"
-            + (" the --filter" if where is not None else ""),
+            + (" the --filter" if where is not None else "")
+            + _source_hint(where),
             file=sys.stderr,
         )
     return EXIT_OK
+
+
+def _source_hint(where: Mapping[str, Any] | None) -> str:
+    """For a filter on a relative path: the form a local file's ``source`` is stored in."""
+    source = (where or {}).get("source")
+    if not isinstance(source, str) or not source.strip() or os.path.isabs(source):
+        return ""
+    from window_retriever.ingestion._loaders import is_url, stored_source
+
+    if is_url(source):
+        return ""
+    said = json.dumps({"source": stored_source(source)}, ensure_ascii=False)
+    return f" (a local file's source is its absolute path, as query shows it: {said})"
 
 
 def run_reindex(args: argparse.Namespace) -> int:
@@ -289,7 +303,7 @@ def run_demo(args: argparse.Namespace) -> int:
                     "class of HTML pages; --pages DIR must hold such pages)"
                 )
         # The pages as another install (another path) of the demo wrote them: gone.
-        shown = {os.path.abspath(result.name) for result in results}
+        shown = {result.source for result in results}
         prune_missing(store, os.sep, shown, origin=DEMO_ORIGIN)
     written = summary.written
     total = sum(result.outcome.chunks for result in results if result.outcome is not None)
@@ -314,7 +328,7 @@ def run_demo(args: argparse.Namespace) -> int:
         meta = doc.metadata
         cut = len(doc.page_content) - taken
         print(
-            f"[{rank}] {short(meta.get('source', '?'))}  chunk {meta.get('chunk_index')}  "
+            f"[{rank}] {meta.get('source', '?')}  chunk {meta.get('chunk_index')}  "
             f"distance {score:.3f}"
             + (f"  (cut at the budget: {cut} characters left out)" * (cut > 0))
         )

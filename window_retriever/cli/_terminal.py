@@ -5,7 +5,6 @@ from __future__ import annotations
 import sys
 import threading
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 if TYPE_CHECKING:
@@ -160,8 +159,8 @@ def print_windows(docs: Sequence[Document], out: TextIO) -> None:
             f"  characters {meta['start_index']}-{meta['end_index']}" if "end_index" in meta else ""
         )
         hits = len(meta.get("hit_chunk_ids", []))
-        print(
-            f"[{rank}] {short(meta.get('source', meta.get('file_id', '?')))}  {where}{span}  "
+        print(  # the source as stored, not shortened: what a --filter names
+            f"[{rank}] {meta.get('source', meta.get('file_id', '?'))}  {where}{span}  "
             f"score {meta['score']:.3f}  {hits} hit{'s' * (hits != 1)}",
             file=out,
         )
@@ -181,16 +180,6 @@ def _highlight(text: str, spans: Sequence[Sequence[int]], mark: Callable[[str], 
 
 def as_json(rank: int, doc: Document) -> dict[str, Any]:
     return {"rank": rank, "id": doc.id, "text": doc.page_content, "metadata": doc.metadata}
-
-
-def short(source: str) -> str:
-    path = Path(source)
-    if path.is_absolute():
-        try:
-            return str(path.relative_to(Path.cwd()))
-        except ValueError:
-            return source
-    return source
 
 
 def indent(text: str) -> str:

@@ -194,11 +194,11 @@ def ingest(
         for result in outcomes:
             if result.outcome is None:
                 if result.error not in (GONE, EMPTY):
-                    present.add(os.path.abspath(result.name))  # failed now, kept as it was
+                    present.add(result.source)  # failed now, kept as it was
                 if result.error == EMPTY:  # an empty file; "no text" after a selector fails
                     summary.empty += 1
                     if result.name in named:  # emptied since: its old text must not answer
-                        source = os.path.abspath(result.name)
+                        source = result.source
                         file_id = make_file_id({**metadata, "source": source}, ("source", *owners))
                         chunks = remove_file(store, file_id)
                         if chunks:
@@ -206,7 +206,7 @@ def ingest(
                 else:
                     summary.failed += 1
             else:
-                present.add(os.path.abspath(result.name))
+                present.add(result.source)
                 status = result.outcome.status
                 setattr(summary, status, getattr(summary, status) + 1)
                 summary.written += result.outcome.written

@@ -50,6 +50,19 @@ def is_url(spec: str) -> bool:
     return urlsplit(spec).scheme in ("http", "https")
 
 
+def stored_source(spec: str) -> str:
+    """The ``source`` metadata a source's chunks are stored under: what ``--filter`` matches.
+
+    A local file's absolute path, as found (``os.path.abspath``: from any working directory
+    the same, so its file id is too; a link is not followed), and a web address as given,
+    without its ``#fragment`` (its chunks carry the final address, after redirects). The
+    command line shows a source in this form, so what it prints is what a filter names.
+    """
+    if is_url(spec):
+        return urlsplit(spec)._replace(fragment="").geturl()
+    return os.path.abspath(spec)
+
+
 def expand(
     specs: Iterable[str],
     unreadable: list[str] | None = None,
@@ -254,7 +267,8 @@ def load_file(path: str | os.PathLike[str], options: LoadOptions | None = None) 
     if decoded is None:
         return Loaded(name, error=BINARY)
     raw, encoding = decoded
-    metadata: dict[str, Any] = {"source": os.path.abspath(path)}  # as found, links not followed
+    # the stored_source form: the absolute path as found, links not followed
+    metadata: dict[str, Any] = {"source": os.path.abspath(path)}
     if encoding != "utf-8":
         metadata["encoding"] = encoding
     headings: Callable[[str], list[Heading]] | None = None

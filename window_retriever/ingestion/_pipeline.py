@@ -22,7 +22,7 @@ from langchain_core.documents import Document
 from window_retriever._errors import OwnershipError
 from window_retriever.core._ids import FILE_ID
 from window_retriever.ingestion._headers import embedded_text
-from window_retriever.ingestion._loaders import load_sources
+from window_retriever.ingestion._loaders import load_sources, stored_source
 from window_retriever.ingestion._splitter import WindowSplitter
 from window_retriever.ingestion._web import LoadOptions
 from window_retriever.ingestion._write import (
@@ -62,8 +62,18 @@ class SourceOutcome:
     """One source of :func:`ingest_sources`: what syncing it did, or why it failed to load."""
 
     name: str
+    """The source as listed: as given, or as found below a directory given."""
     outcome: FileOutcome | None = None
     error: str | None = None
+
+    @property
+    def source(self) -> str:
+        """The ``source`` its chunks are stored under (see :func:`stored_source`).
+
+        A local file's absolute path; a web address as given (its chunks carry the final
+        address, after redirects). What the command prints and what a filter names.
+        """
+        return stored_source(self.name)
 
 
 def ingest_sources(
