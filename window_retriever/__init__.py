@@ -32,6 +32,7 @@ if TYPE_CHECKING:  # what the names are; at run time each is imported on first u
     from window_retriever.ingestion import ingest
     from window_retriever.ingestion._loaders import load_file
     from window_retriever.ingestion._splitter import WindowSplitter
+    from window_retriever.ingestion._stamp import stamp_collection
     from window_retriever.ingestion._web import LoadOptions
     from window_retriever.ingestion._write import add_chunks, sync_file
     from window_retriever.plotting import plot_window_map
@@ -87,6 +88,7 @@ _WHERE = {
     "plotting": "window_retriever.plotting",
     "read_questions": "window_retriever.evaluation",
     "reindex_keywords": "window_retriever.stores._chroma_keywords",
+    "stamp_collection": "window_retriever.ingestion._stamp",
     "sync_file": "window_retriever.ingestion._write",
 }
 """Where each public name lives: ``import window_retriever`` imports none of them (the command
@@ -148,5 +150,6 @@ __all__ = [  # noqa: RUF022 - sorted as Python sorts (a test checks it), not iso
     "plotting",
     "read_questions",
     "reindex_keywords",
+    "stamp_collection",
     "sync_file",
 ]

@@ -38,6 +38,7 @@ INGEST = (
     "._pipeline",
     "._prune",
     "._splitter",
+    "._stamp",
     "._web",
     "._write",
 )

@@ -670,6 +670,7 @@ def test_a_collection_not_made_by_window_splitter_warns_once_per_retriever(
             assert len(retriever.invoke("a loose note about alpha")) == 5
         (warning,) = warnings()
         assert "re-ingest the collection through WindowSplitter" in warning
+        assert "stamp it in place with window_retriever.stamp_collection(vectorstore)" in warning
         assert "once" in warning
         caplog.clear()
         retriever.invoke("a loose note about alpha", total_budget=500)  # another path

@@ -13,7 +13,8 @@ The public names are below, each imported on first use. The modules are private:
 ``_pipeline`` (load, split, embed and write many sources at once), ``_loaders`` and ``_web``
 (files and web pages to text), ``_splitter`` (``WindowSplitter``), ``_headers`` (contextual
 chunk headers), ``_write`` (writing and re-ingesting one file's chunks: ``add_chunks``,
-``sync_file``) and ``_prune`` (origins, ``remove_file``, ``prune_missing``).
+``sync_file``), ``_prune`` (origins, ``remove_file``, ``prune_missing``) and ``_stamp``
+(:func:`stamp_collection`: window metadata for a collection split without ``WindowSplitter``).
 """
 
 from typing import TYPE_CHECKING
@@ -30,6 +31,7 @@ if TYPE_CHECKING:
     )
     from window_retriever.ingestion._pipeline import IngestProgress, SourceOutcome
     from window_retriever.ingestion._prune import Pruned, directory_origin
+    from window_retriever.ingestion._stamp import Stamped, stamp_collection
     from window_retriever.ingestion._write import OWNER_KEYS, FileOutcome
 
 
@@ -48,6 +50,7 @@ _WHERE = {
     ),
     **dict.fromkeys(("IngestProgress", "SourceOutcome"), "window_retriever.ingestion._pipeline"),
     **dict.fromkeys(("Pruned", "directory_origin"), "window_retriever.ingestion._prune"),
+    **dict.fromkeys(("Stamped", "stamp_collection"), "window_retriever.ingestion._stamp"),
     **dict.fromkeys(("FileOutcome", "OWNER_KEYS"), "window_retriever.ingestion._write"),
 }
 
@@ -79,7 +82,9 @@ __all__ = [  # noqa: RUF022 - sorted as Python sorts, as in the package's own __
     "RESERVED_METADATA",
     "Repeated",
     "SourceOutcome",
+    "Stamped",
     "Unlistable",
     "directory_origin",
     "ingest",
+    "stamp_collection",
 ]

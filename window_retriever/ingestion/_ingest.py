@@ -41,6 +41,7 @@ RESERVED_METADATA = frozenset(
         "file_version",
         "file_chunks",
         "ingest_origin",
+        "original_id",
     }
 )
 """Metadata that ingestion stamps itself: ``metadata`` may not set it."""

@@ -122,7 +122,9 @@ def read_record(
         problem = (
             f"chunk {store_id!r} has no integer 'chunk_index' and string 'file_id' metadata: "
             "it was not split by WindowSplitter; re-ingest the collection through WindowSplitter "
-            "(window_retriever.ingest, or WindowSplitter(...).split_documents then add_chunks)"
+            "(window_retriever.ingest, or WindowSplitter(...).split_documents then add_chunks), "
+            "or, if its chunks carry start_index, stamp it in place with "
+            "window_retriever.stamp_collection(vectorstore)"
         )
         return Chunk(id=store_id, text=text, metadata=metadata), problem
     chunk_id = make_chunk_id(file_id, index)
