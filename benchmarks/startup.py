@@ -1,31 +1,36 @@
 """Start-up of the command line: one ``window-retriever query`` in a fresh process, in parts.
 
-Usage: ``python benchmarks/startup.py [--repeats 9] [--label after] [--out FILE]``.
+Usage: ``python benchmarks/startup.py [--repeats 9] [--package LABEL=DIR ...] [--out FILE]``.
 
 It makes the demo store in a temporary folder (``window-retriever demo --db DIR``, what
 ``make demo`` makes), copies it for a ``chroma run`` server on loopback, asks each one query
-to build its keyword index and warm the disk cache (not timed), and then, ``--repeats``
-times each, interleaved:
+with each package to build its keyword index and warm the disk cache (not timed), and then,
+``--repeats`` times each, interleaved (every package in every round, so that they share the
+machine's load):
 
 - ``whole``: the wall time of ``window-retriever query QUESTION --db DIR`` (or
   ``--chroma-url URL``), the console script as a user runs it, from the fork to the exit;
 - the same command in a process that times its parts (by wrapping the import machinery and
-  three functions, which costs about a millisecond): ``python`` (the interpreter's start-up
+  a few functions, which costs about a millisecond): ``python`` (the interpreter's start-up
   before the first line of the program), ``import`` (every module loaded), ``model``
-  (verifying the model file, the tokenizer and the onnxruntime sessions: ``_embeddings._Model``),
-  ``store`` (``open_store``: the client and the collection), ``query`` (the rest: parsing, the
-  retrieval with the query's embedding, printing) and ``exit`` (from the exit handlers to the
-  process's end). Each part is exclusive: an import inside ``open_store`` counts as import.
+  (verifying the model file, the tokenizer and the onnxruntime sessions, or waiting for them:
+  ``_embeddings._load`` and ``_Model``), ``store`` (``open_store``: the client and the
+  collection), ``query`` (the rest: parsing, the retrieval with the query's embedding,
+  printing) and ``exit`` (from the exit handlers to the process's end). Each part is the main
+  thread's and exclusive: an import inside ``open_store`` counts as import. ``model beside``
+  is the time another thread spent on the model meanwhile (the command line makes the
+  query's session on a second thread while Chroma imports), not part of ``total``;
 - ``refusal``: ``window-retriever query QUESTION --total-budget -5 --db DIR``, a bad flag;
 - ``floor``: processes that only import what any ``query`` must (each ends by ``os._exit``,
   as ``query`` does): ``chromadb`` alone, then with ``langchain_chroma``, then with the
   packaged model's libraries (``onnxruntime``, ``tokenizers``, ``numpy``) too.
 
-It prints the median and the range (min to max) of each and writes them as JSON. The command
-is the one on ``PATH`` next to this Python; set ``PYTHONPATH`` to a checkout to measure that
-one instead (``git worktree add /tmp/before HEAD``, then ``PYTHONPATH=/tmp/before``): the
-children run in the temporary folder, so the checkout's package is the one imported.
-Run it alone on a quiet machine: ``nice -n 10 flock /tmp/bench.lock python
+It prints the median and the range (min to max) of each and writes them as JSON. Each
+``--package LABEL=DIR`` is a checkout whose ``window_retriever`` the children import
+(``PYTHONPATH=DIR``); without one, the package this Python imports. To measure a commit
+before a change beside the working tree: ``git archive COMMIT | tar -x -C /tmp/before``,
+then ``--package before=/tmp/before --package after=.``. The console script is the one next
+to this Python. Run it alone on a quiet machine: ``nice -n 10 flock /tmp/bench.lock python
 benchmarks/startup.py``.
 """
 
@@ -49,28 +54,41 @@ from scale import start_server
 
 QUESTION = "How do I make sure a file is closed after reading it?"
 PARTS = ("python", "import", "model", "store", "query", "exit")
+BESIDE = "model beside"
 
 CHILD = r"""
-import json, sys, time
+import json, sys, threading, time
 first = time.time()
 _now = time.perf_counter
 import _frozen_importlib as _bootstrap
 
 out_path = sys.argv.pop(1)
+main_thread = threading.main_thread()
 spent = {}
-stack = []  # [part, started, time of the parts inside it]
+beside = [0.0]  # seconds other threads spent in the model
+stacks = threading.local()  # each thread's [part, started, time of the parts inside it]
+
+
+def stack():
+    if not hasattr(stacks, "items"):
+        stacks.items = []
+    return stacks.items
 
 
 def enter(part):
-    stack.append([part, _now(), 0.0])
+    stack().append([part, _now(), 0.0])
 
 
 def leave():
-    part, started, inner = stack.pop()
+    items = stack()
+    part, started, inner = items.pop()
     total = _now() - started
-    spent[part] = spent.get(part, 0.0) + total - inner
-    if stack:
-        stack[-1][2] += total
+    if threading.current_thread() is main_thread:
+        spent[part] = spent.get(part, 0.0) + total - inner
+    elif part == "model":
+        beside[0] += total - inner
+    if items:
+        items[-1][2] += total
 
 
 def timed(owner, name, part):
@@ -89,8 +107,10 @@ def timed(owner, name, part):
 def patch(name):
     module = sys.modules[name]
     if name == "window_retriever._embeddings":
-        timed(module._Model, "__init__", "model")
-        timed(module._Model, "_session", "model")
+        timed(module, "_load", "model")
+        for method in ("__init__", "_session", "_wide_session"):
+            if hasattr(module._Model, method):  # _wide_session: not in every version
+                timed(module._Model, method, "model")
     elif name == "window_retriever.stores._open":
         timed(module, "open_store", "store")
 
@@ -115,10 +135,10 @@ _bootstrap._find_and_load = find_and_load
 
 def report():
     end = time.time()
-    while stack:
+    while stack():
         leave()
     with open(out_path, "w") as file:
-        json.dump({"first": first, "end": end, "spent": spent}, file)
+        json.dump({"first": first, "end": end, "spent": spent, "beside": beside[0]}, file)
 
 
 import atexit
@@ -137,9 +157,12 @@ def command() -> list[str]:
     return [str(script)] if script.exists() else [sys.executable, "-m", "window_retriever"]
 
 
-def environment(cache: Path) -> dict[str, str]:
+def environment(cache: Path, package: str | None) -> dict[str, str]:
+    """The children's environment: ``package``'s checkout first on the path, if given."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("WINDOW_RETRIEVER_")}
     env["WINDOW_RETRIEVER_CACHE"] = str(cache)  # a server store's keyword index: not ~/.cache
+    if package is not None:
+        env["PYTHONPATH"] = package
     return env
 
 
@@ -174,6 +197,7 @@ def parts(where: Sequence[str], env: dict[str, str], cwd: Path) -> dict[str, flo
         "query": spent.get("query", 0.0),
         "exit": ended - seen["end"],
         "total": ended - began,
+        BESIDE: seen["beside"],
     }
 
 
@@ -186,23 +210,14 @@ def summary(values: Sequence[float]) -> dict[str, Any]:
     }
 
 
-def measure(where: Sequence[str], env: dict[str, str], cwd: Path, repeats: int) -> dict[str, Any]:
-    """``whole``, the parts and ``refusal`` of ``query`` on one store, ``repeats`` times each."""
+def measure_once(where: Sequence[str], env: dict[str, str], cwd: Path) -> dict[str, float]:
+    """One round of ``query`` on one store with one package: whole, parts and refusal."""
     cli = command()
-    whole: list[float] = []
-    refusal: list[float] = []
-    seen: dict[str, list[float]] = {}
-    for _ in range(repeats):
-        whole.append(run([*cli, "query", QUESTION, *where], env, cwd))
-        for part, seconds in parts(where, env, cwd).items():
-            seen.setdefault(part, []).append(seconds)
-        bad = [*cli, "query", QUESTION, "--total-budget", "-5", *where]
-        refusal.append(run(bad, env, cwd, status=2))
-    return {
-        "whole": summary(whole),
-        **{part: summary(values) for part, values in seen.items()},
-        "refusal": summary(refusal),
-    }
+    seconds = {"whole": run([*cli, "query", QUESTION, *where], env, cwd)}
+    seconds.update(parts(where, env, cwd))
+    bad = [*cli, "query", QUESTION, "--total-budget", "-5", *where]
+    seconds["refusal"] = run(bad, env, cwd, status=2)
+    return seconds
 
 
 FLOOR = {
@@ -227,34 +242,59 @@ def floor(env: dict[str, str], cwd: Path, repeats: int) -> dict[str, Any]:
     return {name: summary(values) for name, values in seen.items()}
 
 
-def table(results: dict[str, Any]) -> str:
-    rows = ["whole", *PARTS, "total", "refusal"]
-    places = [place for place in ("embedded", "server") if place in results]
+def table(results: dict[str, Any], labels: Sequence[str]) -> str:
+    rows = ["whole", *PARTS, "total", BESIDE, "refusal"]
+    columns = [
+        (place, label) for place in ("embedded", "server") if place in results for label in labels
+    ]
     lines = [
-        "| seconds, median (min-max) | " + " | ".join(places) + " |",
-        "|---|" + "---|" * len(places),
+        "| seconds, median (min-max) | "
+        + " | ".join(f"{place}, {label}" for place, label in columns)
+        + " |",
+        "|---|" + "---|" * len(columns),
     ]
     for row in rows:
-        cells = [results[place][row] for place in places]
+        cells = [results[place][label][row] for place, label in columns]
         text = [f"{c['median']:.2f} ({c['min']:.2f}-{c['max']:.2f})" for c in cells]
         lines.append(f"| {row} | " + " | ".join(text) + " |")
     return "\n".join(lines)
+
+
+def packages(given: Sequence[str]) -> dict[str, str | None]:
+    """``LABEL=DIR`` pairs as a dict; none given: this Python's own package, as ``current``."""
+    if not given:
+        return {"current": None}
+    chosen: dict[str, str | None] = {}
+    for pair in given:
+        label, _, folder = pair.partition("=")
+        if not label or not (Path(folder) / "window_retriever" / "__init__.py").is_file():
+            msg = f"--package takes LABEL=DIR, DIR a checkout holding window_retriever: {pair!r}"
+            raise SystemExit(msg)
+        chosen[label] = str(Path(folder).resolve())
+    return chosen
 
 
 def main() -> None:
     """Make the demo store, time ``query`` on it embedded and on a server, print and save."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=9)
-    parser.add_argument("--label", default="", help="what was measured, e.g. before or after")
+    parser.add_argument(
+        "--package",
+        action="append",
+        default=[],
+        metavar="LABEL=DIR",
+        help="a checkout to measure, e.g. before=/tmp/before (repeatable; interleaved)",
+    )
     parser.add_argument("--out", type=Path, help="write the results as JSON here")
     parser.add_argument("--no-server", action="store_true", help="the embedded store only")
     args = parser.parse_args()
+    chosen = packages(args.package)
 
     with tempfile.TemporaryDirectory(prefix="startup-") as folder:
         cwd = Path(folder)
-        env = environment(cwd / "cache")
+        envs = {label: environment(cwd / "cache", path) for label, path in chosen.items()}
         db = cwd / "demo-db"
-        run([*command(), "demo", "--db", str(db)], env, cwd)
+        run([*command(), "demo", "--db", str(db)], envs[list(chosen)[-1]], cwd)
         places: dict[str, list[str]] = {"embedded": ["--db", str(db)]}
         server = None
         if not args.no_server:
@@ -262,26 +302,36 @@ def main() -> None:
             server, url = start_server(cwd / "server-db")
             places["server"] = ["--chroma-url", url]
         try:
-            results: dict[str, Any] = {}
-            for place, where in places.items():
-                run([*command(), "query", QUESTION, *where], env, cwd)  # builds the keyword index
-                results[place] = measure(where, env, cwd, args.repeats)
-            results["floor"] = floor(env, cwd, args.repeats)
+            seen: dict[str, dict[str, dict[str, list[float]]]] = {}
+            for where in places.values():
+                for env in envs.values():  # builds the keyword index, compiles the modules
+                    run([*command(), "query", QUESTION, *where], env, cwd)
+            for _ in range(args.repeats):
+                for place, where in places.items():
+                    for label, env in envs.items():
+                        for name, seconds in measure_once(where, env, cwd).items():
+                            row = seen.setdefault(place, {}).setdefault(label, {})
+                            row.setdefault(name, []).append(seconds)
+            results: dict[str, Any] = {
+                place: {
+                    label: {name: summary(values) for name, values in rows.items()}
+                    for label, rows in labels.items()
+                }
+                for place, labels in seen.items()
+            }
+            results["floor"] = floor(envs[list(chosen)[-1]], cwd, args.repeats)
         finally:
             if server is not None:
                 server.terminate()
                 server.wait(timeout=30)
-    print(table(results))
+    print(table(results, list(chosen)))
     for name, seconds in results["floor"].items():
         print(
             f"floor, {name}: {seconds['median']:.2f} s ({seconds['min']:.2f}-{seconds['max']:.2f})"
         )
     if args.out:
-        import window_retriever
-
         record = {
-            "label": args.label,
-            "package": str(Path(window_retriever.__file__).parent),
+            "packages": chosen,
             "question": QUESTION,
             "repeats": args.repeats,
             "machine": {

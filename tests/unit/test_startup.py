@@ -164,3 +164,33 @@ def test_a_command_that_writes_nothing_ends_without_pythons_teardown(
     )
     assert done.returncode == 3, done.stderr
     assert done.stdout == "output exit handler\n" + ("teardown\n" if teardown else "")
+
+
+def test_query_starts_the_model_before_it_opens_the_store(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The session is made on a second thread while Chroma and LangChain import."""
+    import window_retriever._embeddings as embeddings
+    import window_retriever.stores._open as opening
+    from window_retriever.cli._parser import main
+
+    note = tmp_path / "note.txt"
+    note.write_text("A short note about bees.", encoding="utf-8")
+    assert main(["ingest", str(note), "--db", str(tmp_path / "db")]) == 0
+    capsys.readouterr()
+    events: list[str] = []
+    warm, open_store = embeddings.warm_default_model, opening.open_store
+
+    def warming() -> None:
+        events.append("warm")
+        warm()
+
+    def opening_store(*args: Any, **kwargs: Any) -> Any:
+        events.append("open")
+        return open_store(*args, **kwargs)
+
+    monkeypatch.setattr(embeddings, "warm_default_model", warming)
+    monkeypatch.setattr(opening, "open_store", opening_store)
+    assert main(["query", "bees", "--db", str(tmp_path / "db")]) == 0
+    assert events == ["warm", "open"]
+    assert capsys.readouterr().out.startswith(f"[1] {note}  ")

@@ -159,6 +159,9 @@ def run_query(args: argparse.Namespace) -> int:
             check_where(where, "--filter")
         except ValueError as error:
             raise CommandError(str(error)) from None
+    from window_retriever._embeddings import warm_default_model
+
+    warm_default_model()  # on a second core, while the store's libraries import
     store = _open_for_reading(args)
     docs = _retrieve(store, args, where)
     if args.json:
