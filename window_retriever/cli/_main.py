@@ -8,7 +8,7 @@ rest).
 
 A command that writes nothing (``query``) ends its process here once its output is out,
 without Python's teardown: unloading Chroma, LangChain and onnxruntime module by module took
-0.3-0.4 s of every ``query`` (docs/benchmarks.md#start-up-of-the-command-line-issue-41).
+0.3-0.6 s of every ``query`` (docs/benchmarks.md#start-up-of-the-command-line-issue-41).
 """
 
 from __future__ import annotations
