@@ -613,3 +613,29 @@ def test_ingest_progress_never_goes_backwards_as_sources_are_read() -> None:
                 progress.source_done()
             shown.append(progress.bar.n)
     assert shown == sorted(shown) and shown[-1] == 1000
+
+
+def test_ingest_leaves_the_keyword_index_saved_for_the_queries_that_follow(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Each query is a new process: over ``INLINE_ROWS`` chunks it would only start a build its
+    exit ends, so the ingest saves the index, and a new process loads it (builds nothing)."""
+    import chromadb
+    from langchain_chroma import Chroma
+    from langchain_core.embeddings import DeterministicFakeEmbedding
+
+    from window_retriever.keywords._index import KeywordIndex
+    from window_retriever.stores import keyword_index
+    from window_retriever.stores._open import DEFAULT_COLLECTION
+
+    assert main(["ingest", str(_note(tmp_path)), "--db", str(tmp_path / "db")]) == 0
+    capsys.readouterr()
+    KeywordIndex._shared.clear()  # as a new process
+    store = Chroma(
+        collection_name=DEFAULT_COLLECTION,
+        client=chromadb.PersistentClient(path=str(tmp_path / "db")),
+        embedding_function=DeterministicFakeEmbedding(size=8),
+    )
+    index = keyword_index(store)
+    assert index.search("bees", k=3)
+    assert (index.loads, index.builds) == (1, 0)

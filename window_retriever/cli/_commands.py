@@ -107,6 +107,7 @@ def run_ingest(args: argparse.Namespace) -> int:
             progress=progress,
             on_event=line,
         )
+        _keywords_saved(store)
     ingested = summary.added + summary.updated
     print(
         f"{count(summary.sources, 'source')}: {ingested} ingested ({summary.added} added, "
@@ -195,6 +196,27 @@ def _source_hint(where: Mapping[str, Any] | None) -> str:
         return ""
     said = json.dumps({"source": stored_source(source)}, ensure_ascii=False)
     return f" (a local file's source is its absolute path, as query shows it: {said})"
+
+
+def _keywords_saved(store: Any) -> None:
+    """Bring the collection's saved keyword index up to date before the command ends.
+
+    Each ``query`` is a process of its own: an index it found missing or behind would be
+    built or caught up on a background thread that its exit ends (over ``INLINE_ROWS``
+    chunks), so no query would ever have its keyword leg. The ingest that wrote pays it
+    instead: a catch-up of what it wrote, a build the first time. A failure here loses
+    nothing stored: the line says how to build the index later.
+    """
+    from window_retriever.stores._chroma_keywords import keyword_index
+
+    try:
+        keyword_index(store, reconcile_interval=math.inf).refresh()
+    except Exception as error:  # the ingest itself succeeded: say so, exit as it did
+        print(
+            f"warning: the keyword index was not saved ({error}); 'window-retriever reindex' "
+            "builds it",
+            file=sys.stderr,
+        )
 
 
 def run_reindex(args: argparse.Namespace) -> int:
