@@ -267,15 +267,21 @@ def window_problems(document: Mapping[str, Any], pages: Known) -> list[str]:
         return [f"window {document['id']}: chunks {first}-{last} of {len(chunks)}"]
     start, end = meta["start_index"], meta["end_index"]
     hits = meta["hit_chunk_ids"]
+    whole = (
+        chunks[first].metadata["start_index"],
+        chunks[last].metadata["start_index"] + len(chunks[last].page_content),
+    )
+    cut = meta.get("cut")  # the budget's last chunk in part: the span ends (starts) inside it
+    span = {
+        None: (start, end) == whole,
+        "end": start == whole[0] and chunks[last].metadata["start_index"] < end <= whole[1],
+        "start": end == whole[1] and whole[0] <= start < whole[1],
+    }.get(cut, False)
     checks = {
         "file id": meta["file_id"] == chunks[0].metadata["file_id"],
         "document id": document["id"] == f"{meta['file_id']}:{first}-{last}",
         "chunk ids": meta["chunk_ids"] == [c.id for c in chunks[first : last + 1]],
-        "span": (start, end)
-        == (
-            chunks[first].metadata["start_index"],
-            chunks[last].metadata["start_index"] + len(chunks[last].page_content),
-        ),
+        "span": span,
         "text": document["text"].split() == page.text[start:end].split(),
         "hits": bool(hits) and set(hits) <= set(meta["chunk_ids"]),
         "score": meta["score"] == min(meta["hit_scores"]),
