@@ -42,7 +42,7 @@ from locomo import build_store, load_locomo
 from peers import relevant_segment_extraction
 
 from window_retriever import WindowSplitter
-from window_retriever.evaluation import evaluate, parse_configs, read_questions
+from window_retriever.evaluation import evaluate, paired_bootstrap, parse_configs, read_questions
 
 LOCOMO_CHUNKS = (300, 30)
 SETS = ("locomo", *docsets.DOCSETS)
@@ -103,7 +103,31 @@ def run_set(name: str, args: argparse.Namespace) -> dict[str, Any]:
         retrievers={} if args.no_rse else {"rse": relevant_segment_extraction(store, texts)},
     )
     print(report.table())
-    return report.to_json() | {"questions": len(questions), "chunks": chunks}
+    result = report.to_json() | {"questions": len(questions), "chunks": chunks}
+    if args.versus:
+        result["versus"] = versus(report.per_question, args.versus, args.budgets)
+        for key, delta in result["versus"].items():
+            print(f"{key} vs {args.versus}: {delta[0]:+.3f} ({delta[1]:+.3f}, {delta[2]:+.3f})")
+    return result
+
+
+def versus(
+    per_question: dict[str, list[Any]], baseline: str, budgets: Sequence[int]
+) -> dict[str, tuple[float, float, float]]:
+    """Each configuration's coverage against ``baseline``'s, paired by question, at each budget."""
+    deltas = {}
+    for key, scores in per_question.items():
+        name, _, budget = key.rpartition("@")
+        if name == baseline or int(budget) not in budgets:
+            continue
+        base = per_question[f"{baseline}@{budget}"]
+        pairs = [
+            m.coverage - b.coverage
+            for b, m in zip(base, scores, strict=True)
+            if b.coverage is not None and m.coverage is not None
+        ]
+        deltas[key] = paired_bootstrap(pairs)
+    return deltas
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -113,6 +137,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--budgets", default="500,1000,2000,4000")
     parser.add_argument("--configs", help="this library's configurations (default: see above)")
+    parser.add_argument(
+        "--versus",
+        help="also give each configuration's coverage against this one's (e.g. window), "
+        "paired 95%% intervals",
+    )
     parser.add_argument("--no-rse", action="store_true", help="skip the RSE peer")
     parser.add_argument(
         "--headers",
