@@ -267,8 +267,7 @@ def load_file(path: str | os.PathLike[str], options: LoadOptions | None = None) 
     if decoded is None:
         return Loaded(name, error=BINARY)
     raw, encoding = decoded
-    # the stored_source form: the absolute path as found, links not followed
-    metadata: dict[str, Any] = {"source": os.path.abspath(path)}
+    metadata: dict[str, Any] = {"source": stored_source(os.fspath(path))}
     if encoding != "utf-8":
         metadata["encoding"] = encoding
     headings: Callable[[str], list[Heading]] | None = None
