@@ -28,7 +28,10 @@ its own machine cache, ``$WINDOW_RETRIEVER_CACHE``):
 4. *another writer*: a reader process queries in a loop (the default, about ten a second)
    while this process adds ``--added`` chunks through ``add_chunks``, each holding a word no
    other chunk holds. Reported: the seconds from the end of the write until the reader's
-   answer first holds one of them, and the slowest of the reader's queries meanwhile.
+   answer first holds one of them, and the slowest of the reader's queries meanwhile: while
+   the write ran (what the store's own work costs a reader) and after it until found (what
+   the catch-up costs). Then the control: the same write beside a reader of static windows
+   (no keyword index), its slowest query while the write ran and for as long after.
 
 Each new process also reports its peak RSS (VmHWM) and its RSS after its first query (VmRSS:
 the model-free process: Python, Chroma's client, and embedded Chroma's own index, the
@@ -141,6 +144,8 @@ print(json.dumps(row))
 """
 
 READER = """
+if config.get("static_only"):  # the control: a reader that never makes a keyword index
+    retriever = ContextWindowRetriever(vectorstore=store, k=4)
 retriever.invoke(config["query"])
 print(json.dumps({"ready": True}), flush=True)
 while True:
@@ -179,37 +184,53 @@ def first_query(config: dict[str, Any], env: dict[str, str]) -> dict[str, float]
 
 
 def another_writer(
-    store: Chroma, config: dict[str, Any], env: dict[str, str], added: int
+    store: Chroma, config: dict[str, Any], env: dict[str, str], added: int, *, tag: str = ""
 ) -> dict[str, Any]:
+    """The seconds until a reader finds ``added`` chunks another process wrote; its slowest.
+
+    Its slowest query while the write runs (the store's own work: a control reader without a
+    keyword index is slowed as much) and after it, until it finds them (the catch-up's). With
+    ``config["static_only"]``, the control: the same write beside a static-windows reader,
+    which never finds the chunks (no keyword leg) and is watched as long as the first took.
+    """
     reader = child(READER, {**config, "word": WORD}, env)
     if reader.stdout is None or not json.loads(reader.stdout.readline()).get("ready"):
         raise SystemExit("the reader process did not start")
+    control = bool(config.get("static_only"))
     try:
         time.sleep(1.0)
         pages = [
             Document(
-                f"Added note {n}: the {WORD} setting is documented here, part {n}.",
-                metadata={"source": f"added-{n}", "tenant": ADDED_TENANT},
+                f"Added note {n}{tag}: the {WORD} setting is documented here, part {n}.",
+                metadata={"source": f"added-{n}{tag}", "tenant": ADDED_TENANT},
             )
             for n in range(added)
         ]
         write_started = time.time()
         add_chunks(store, WindowSplitter().split_documents(pages))
         written = time.time()
-        slowest, deadline = 0.0, written + 300
+        during = after = 0.0
+        deadline = written + (config.get("watch_seconds") or 300)
+        found_after = None
         for line in reader.stdout:
             row = json.loads(line)
-            if row["at"] >= write_started:
-                slowest = max(slowest, row["latency"])
-            if row["found"] and row["at"] - row["latency"] >= written:
-                return {
-                    "write_seconds": written - write_started,
-                    "found_after_seconds": row["at"] - written,
-                    "slowest_query_seconds": slowest,
-                }
+            began = row["at"] - row["latency"]
+            if row["at"] >= write_started and began < written:
+                during = max(during, row["latency"])
+            elif began >= written:
+                after = max(after, row["latency"])
+            if not control and row["found"] and began >= written:
+                found_after = row["at"] - written
+                break
             if row["at"] > deadline:
                 break
-        return {"write_seconds": written - write_started, "found_after_seconds": None}
+        return {
+            "write_seconds": written - write_started,
+            "found_after_seconds": found_after,
+            "slowest_query_seconds": max(during, after),
+            "slowest_during_write_seconds": during,
+            "slowest_after_write_seconds": after,
+        }
     finally:
         reader.kill()
         reader.wait()
@@ -270,6 +291,9 @@ def run_place(
         row["static_process"] = first_query(static, env)
         try:
             row |= another_writer(store, config, env, added)
+            watch = max(3.0, (row["found_after_seconds"] or 0) + 2)
+            control = {**config, "static_only": True, "watch_seconds": watch}
+            row["control_reader"] = another_writer(store, control, env, added, tag="-control")
         finally:  # a kept store stays as it was filled, for the next run
             store.delete(where={"tenant": ADDED_TENANT})
         print(json.dumps(row), flush=True)
