@@ -532,6 +532,79 @@ def test_a_damaged_engine_file_is_rebuilt_never_served(tmp_path: Path, file: str
     assert (again.builds, again.loads) == (0, 1)
 
 
+def _counting_checksums(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
+    """Record each folder whose files a load reads for their CRC-32."""
+    import window_retriever.keywords._engine as keyword
+
+    read: list[Path] = []
+    checksums = keyword.checksums
+
+    def counted(folder: Path, known: Any = None) -> dict[str, list[int]]:
+        read.append(folder)
+        return checksums(folder, known)
+
+    monkeypatch.setattr(keyword, "checksums", counted)
+    return read
+
+
+def test_a_saved_index_whose_stamps_hold_is_loaded_without_reading_its_files(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """At a million chunks reading the saved files for their CRC-32 is 0.3 s of a new
+    process's first query: a load whose files' stamps (a stat) are as the save left them
+    skips it; without the stamps it reads them, and loads all the same."""
+    store = disk_store(tmp_path)
+    store.add_documents(chunks([*FILLER, OPTION] * 5), ids=[f"doc:{i:02d}" for i in range(45)])
+    expected = keyword_index(store).search("max_retries adapter", k=10)
+    read = _counting_checksums(monkeypatch)
+    KeywordIndex._shared.clear()
+
+    index = keyword_index(disk_store(tmp_path))
+
+    assert index.search("max_retries adapter", k=10) == expected
+    assert (index.builds, index.loads, read) == (0, 1, [])
+    (tmp_path / FOLDER / str(store._collection.id) / "stamps.json").write_text("{garbled")
+    KeywordIndex._shared.clear()
+    again = keyword_index(disk_store(tmp_path))
+    assert again.search("max_retries adapter", k=10) == expected
+    assert (again.builds, again.loads, len(read)) == (0, 1, 1)
+
+
+@pytest.mark.parametrize("file", ["ids.npy", ".term", "meta.json"])
+def test_a_file_rewritten_in_place_with_its_times_put_back_is_caught(
+    tmp_path: Path, file: str
+) -> None:
+    """A restore that keeps the size, the inode and the modification time (``cp -p`` over
+    the file) still changes the file's change time: its stamp no longer holds, so its CRC-32
+    is read, and the index is rebuilt."""
+    import os
+
+    store = disk_store(tmp_path)
+    store.add_documents(chunks([*FILLER, OPTION] * 5), ids=[f"doc:{i:02d}" for i in range(45)])
+    expected = keyword_index(store).search("max_retries adapter redirects", k=10)
+    KeywordIndex._shared.clear()
+    saved = tmp_path / FOLDER / str(store._collection.id)
+    (target,) = [p for p in saved.iterdir() if p.name.endswith(file) and p.stat().st_size]
+    before = target.stat()
+    with target.open("r+b") as opened:
+        opened.seek(before.st_size // 2)
+        byte = opened.read(1)
+        opened.seek(before.st_size // 2)
+        opened.write(bytes([byte[0] ^ 0xFF]))
+    os.utime(target, ns=(before.st_atime_ns, before.st_mtime_ns))
+    after = target.stat()
+    assert (after.st_size, after.st_ino, after.st_mtime_ns) == (
+        before.st_size,
+        before.st_ino,
+        before.st_mtime_ns,
+    )
+
+    index = keyword_index(store)
+
+    assert index.search("max_retries adapter redirects", k=10) == expected
+    assert (index.builds, index.loads) == (1, 0)
+
+
 FILLERS = pytest.mark.parametrize("fillers", [0, 100, 500])
 """Chunks without the query's word: with none or few, most rows score (ranked in place, the
 rest at 0); with 500, most do not (the scoring rows are gathered first). All rank alike."""

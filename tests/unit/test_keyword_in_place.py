@@ -61,7 +61,9 @@ def matches(index: KeywordIndex) -> list[set[str]]:
 
 
 @pytest.mark.parametrize("kind", ["disk", "memory"])
-def test_a_catch_up_adds_and_deletes_only_the_changed_documents(tmp_path: Path, kind: str) -> None:
+def test_a_catch_up_adds_and_deletes_only_the_changed_documents(
+    tmp_path: Path, kind: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     rng = random.Random(7)
     client: Any = (
         chromadb.PersistentClient(path=str(tmp_path / "db"))
@@ -95,10 +97,16 @@ def test_a_catch_up_adds_and_deletes_only_the_changed_documents(tmp_path: Path, 
     assert after == matches(KeywordIndex(Scratch(store), reconcile_interval=None))
     assert after[-1] and not before[-1]  # the new word found
     assert matches_of(held) == before  # the old snapshot still answers as it did
-    if kind == "disk":  # a new process loads the updated copy, exactly
+    if kind == "disk":  # a new process loads the updated copy, exactly, by its stamps
+        import window_retriever.keywords._engine as engine
+
+        read: list[Path] = []
+        checksums = engine.checksums
+        monkeypatch.setattr(engine, "checksums", lambda *a: read.append(a[0]) or checksums(*a))
         other = KeywordIndex(ChromaKeywordSource(store), reconcile_interval=None)
         assert matches(other) == after
         assert (other.loads, other.builds) == (1, 0)
+        assert read == []  # stamped after the old folder's removal changed its links' ctime
 
 
 def matches_of(snapshot: Any) -> list[set[str]]:

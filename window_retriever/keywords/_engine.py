@@ -341,7 +341,7 @@ def updated(
     return Built(fingerprint, rows, fresh, unsettled, deleted=deleted)
 
 
-_OWN_FILES = ("state.json", "columns.json")
+_OWN_FILES = ("state.json", "columns.json", "stamps.json")
 
 
 def _ours(name: str) -> bool:
@@ -392,6 +392,7 @@ def _saved(
     import orjson
 
     old = target.parent / f".{target.name}.old-{uuid.uuid4().hex}"
+    saved = False
     try:
         rows.save(temporary)
         state = {"format": FORMAT, "tokenizer": TOKENIZER, "engine": ENGINE, "indexed": indexed}
@@ -403,6 +404,7 @@ def _saved(
         with contextlib.suppress(FileNotFoundError):
             target.rename(old)
         temporary.rename(target)
+        saved = True
         return _opened(target, fingerprint, indexed, unsettled, files, deleted)
     except BaseException as error:
         if not engine_failed(error):
@@ -412,6 +414,8 @@ def _saved(
     finally:
         shutil.rmtree(temporary, ignore_errors=True)
         shutil.rmtree(old, ignore_errors=True)
+        if saved:  # after the old folder is gone: its removal changed the linked files' ctime
+            _stamp(target)
 
 
 def _opened(
@@ -450,7 +454,7 @@ def load(target: Path, fingerprint: Fingerprint, *, exact: bool = True) -> Built
             return None
         if held.get("collection_id") != fingerprint.collection_id:
             return None
-        if state.get("files") != checksums(target):
+        if not _intact(target, state.get("files")):
             logger.warning("the saved keyword index at %s is damaged; it is rebuilt", target)
             return None
         found = Fingerprint(held["collection_id"], int(held["count"]), held["gen"])
@@ -486,17 +490,77 @@ def _sweep(target: Path, own: Path) -> None:
                 shutil.rmtree(left, ignore_errors=True)
 
 
-def checksums(folder: Path, known: Mapping[str, list[int]] | None = None) -> dict[str, list[int]]:
-    """Each saved file's size and CRC-32 (tantivy checks no checksum when it opens an index).
+STAMPS = "stamps.json"
+"""The file, written after a save, of each saved file's stamp as it left them (:func:`stamps`)."""
 
-    Every file but ``state.json`` (which holds these) and tantivy's empty lock files; a file
-    damaged, truncated, missing or added since the save gives other values. Read a block at a
-    time (a large index is never held whole in memory). ``known``: files already checked (the
-    links of an update in place), taken as they are.
+
+def stamps(folder: Path) -> dict[str, list[int]]:
+    """Each saved file's size, inode, modification and change times: read by ``stat`` alone.
+
+    Every file :func:`checksums` reads, and ``state.json``. Writing a file, replacing it
+    (``cp``, ``rsync``, a restore from a backup, even one that puts its modification time
+    back) or linking it gives it another change time, which no program can set: a stamp
+    that still holds says the file was not written since it was taken.
     """
     found: dict[str, list[int]] = {}
     for path in sorted(folder.iterdir()):
-        if path.name == "state.json" or path.name.endswith(".lock") or not path.is_file():
+        if path.name == STAMPS or path.name.endswith(".lock") or not path.is_file():
+            continue
+        stat = path.stat()
+        found[path.name] = [stat.st_size, stat.st_ino, stat.st_mtime_ns, stat.st_ctime_ns]
+    return found
+
+
+def _stamp(folder: Path) -> None:
+    """Write the stamps of ``folder``'s files as they are now (best effort: it only saves time)."""
+    import orjson
+
+    temporary = folder.parent / f".{folder.name}.stamps-{uuid.uuid4().hex}"  # not in the folder
+    try:
+        temporary.write_bytes(orjson.dumps(stamps(folder)))
+        temporary.replace(folder / STAMPS)
+    except OSError as error:
+        logger.debug("the keyword index's stamps could not be written at %s: %s", folder, error)
+        temporary.unlink(missing_ok=True)
+
+
+def _intact(folder: Path, files: Any) -> bool:
+    """Whether the files saved in ``folder`` are as their save's checksums (``files``) say.
+
+    Without reading them where the stamps written after the save still hold (:func:`stamps`:
+    a ``stat`` of each file; at a million chunks a load then skips reading 400 MB); else by
+    their CRC-32s (:func:`checksums`: a save linked into a newer one, a copy from another
+    machine, a damaged file).
+    """
+    import orjson
+
+    try:
+        stamped = orjson.loads((folder / STAMPS).read_bytes())
+    except (OSError, orjson.JSONDecodeError):
+        stamped = None
+    if (
+        isinstance(stamped, dict)
+        and isinstance(files, dict)
+        and set(stamped) == {*files, "state.json"}
+        and stamped == stamps(folder)
+    ):
+        return True
+    return files == checksums(folder)
+
+
+def checksums(folder: Path, known: Mapping[str, list[int]] | None = None) -> dict[str, list[int]]:
+    """Each saved file's size and CRC-32 (tantivy checks no checksum when it opens an index).
+
+    Every file but ``state.json`` (which holds these), ``stamps.json`` and tantivy's empty
+    lock files; a file damaged, truncated, missing or added since the save gives other
+    values. Read a block at a time (a large index is never held whole in memory).
+    ``known``: files already checked (the links of an update in place), taken as they are.
+    """
+    found: dict[str, list[int]] = {}
+    for path in sorted(folder.iterdir()):
+        if path.name in ("state.json", STAMPS) or path.name.endswith(".lock"):
+            continue
+        if not path.is_file():
             continue
         if known and path.name in known:
             found[path.name] = list(known[path.name])
