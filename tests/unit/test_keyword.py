@@ -891,6 +891,24 @@ def test_any_source_that_keeps_the_protocol_is_indexed() -> None:
     assert [i for i, _ in index.search("backoff_factor", k=3)] == ["doc:8"]
 
 
+def test_a_document_filter_passing_only_chunks_the_index_does_not_hold_passes_none() -> None:
+    """The source passes an id written since the build (not yet held): it marks no row.
+
+    Its row is -1 (``Rows.rows_of``); taken as an index, -1 would mark the last row (here
+    ``doc:7``, which holds the query's word but not the filter's) as passing.
+    """
+    records = {f"doc:{i}": (text, {"n": i}) for i, text in enumerate(FILLER)}
+    source = ListSource(records)
+    index = KeywordIndex.for_source(source)
+    index._clock = FakeClock()
+    assert [i for i, _ in index.search("adapter", k=3)] == ["doc:7"]  # the last row
+
+    records["doc:9"] = (OPTION, {"n": 9})  # a bare write, no check due: not held
+    found = index.search("adapter", k=3, where_document={"$contains": "max_retries"})
+    assert source.calls[-1] == "allowed_ids"
+    assert found == []
+
+
 def test_checks_read_the_token_and_the_count_only_every_count_every_intervals() -> None:
     """A check costs one cheap call (the id and token); the count (a scan of the collection)
     is read every COUNT_EVERY intervals, after a write of this library, and by ``refresh``."""
