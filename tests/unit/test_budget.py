@@ -315,6 +315,41 @@ def test_a_chunk_outside_the_survey_is_measured_at_its_farthest_distance(
     assert len(hits) == 4
 
 
+def test_a_keyword_hit_outside_the_survey_is_measured_at_its_farthest_distance(
+    conversations: tuple[Chroma, list[Document]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A hit only the keyword leg found, beyond the vector pool, has no distance of its own
+    in a survey: it is at least as far as the pool's farthest, and is measured there (not at
+    0, the distance of a chunk equal to the query)."""
+    store, _ = conversations
+    monkeypatch.setattr("window_retriever.retrieval._candidates.SURVEY_WIDTH", 12)
+    retriever = ContextWindowRetriever(
+        vectorstore=store, total_budget=1500, candidates="hybrid", k=4, fetch_k=8
+    )
+    question = "camping and guitar, turn 41 and turn 77?"  # the turn numbers: keyword only
+    docs = retriever.invoke(question)
+    pool = store._collection.query(
+        query_embeddings=[KeywordEmbeddings().embed_query(question)],
+        n_results=12,
+        include=["distances"],
+    )
+    distances = dict(zip(pool["ids"][0], pool["distances"][0], strict=True))
+    bound = max(distances.values())
+    beyond = [
+        score
+        for d in docs
+        for chunk_id, score, legs in zip(
+            d.metadata["hit_chunk_ids"],
+            d.metadata["hit_scores"],
+            d.metadata["hit_ranks"],
+            strict=True,
+        )
+        if chunk_id not in distances and set(legs) == {"keyword"}
+    ]
+    assert beyond  # the keyword leg found a hit the pool did not hold: the bound was used
+    assert beyond == pytest.approx([bound] * len(beyond))
+
+
 def test_adaptive_grows_toward_relevant_neighbours_and_static_grows_blindly(
     make_store: Callable[..., Chroma],
 ) -> None:
