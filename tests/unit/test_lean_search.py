@@ -16,6 +16,8 @@ from langchain_core.embeddings import Embeddings
 from tests.conftest import StoreSpy, add_file_f
 from tests.unit.test_budget import TOPICS, KeywordEmbeddings, split, turns
 from window_retriever import ContextWindowRetriever, add_chunks
+from window_retriever.core._ids import make_chunk_id
+from window_retriever.retrieval._pool import position_of
 
 
 @pytest.fixture
@@ -147,6 +149,35 @@ def test_a_candidate_the_lean_fetch_left_unread_is_never_skipped(
     lean = warm.invoke("q")
     assert lean == ContextWindowRetriever(vectorstore=store, **options).invoke("q")
     assert [d.id for d in lean] == ["s:1-34", "long:5-5"]  # the third best, not the fourth
+
+
+@pytest.mark.parametrize(
+    ("chunk_id", "position"),
+    [
+        ("f:3", ("f", 3)),
+        ("f:0", ("f", 0)),
+        ("a:b:12", ("a:b", 12)),  # the file id may hold a colon: the last one splits
+        ("f:03", None),  # not the id of chunk 3 ("f:3" is): make_chunk_id never writes it
+        ("f:00", None),
+        ("f:\u00b2", None),  # a superscript two: a digit to str.isdigit, not to int()
+        ("f:\u0663", None),  # an Arabic-Indic three: int() reads it, make_chunk_id never writes it
+        ("f:-3", None),
+        ("f:+3", None),
+        ("f: 3", None),
+        ("f:3 ", None),
+        (":3", None),
+        ("f:", None),
+        ("f3", None),
+    ],
+)
+def test_an_id_names_a_position_only_as_make_chunk_id_writes_it(
+    chunk_id: str, position: tuple[str, int] | None
+) -> None:
+    """Only the canonical ``file_id:chunk_index`` is read as a position: an id that reads as
+    the same numbers in another spelling is some other record's, read by its own id."""
+    assert position_of(chunk_id) == position
+    if position is not None:
+        assert make_chunk_id(*position) == chunk_id
 
 
 @pytest.mark.parametrize("odd_id", ["f:03", "f:\u00b2"])
