@@ -214,3 +214,63 @@ def test_two_writes_after_one_token_are_both_read_again(make_store: Callable[...
     assert source.changes(start, "after-two") == {"a", "b", "c"}
     assert source.changes("writer-two", "after-two") == {"c"}
     assert source.changes(start, "never-written") is None
+
+
+class Losing(ChromaKeywordSource):
+    """Its feed loses entry ``lost`` between the two reads of :meth:`changes` (the chain, then
+    the entries' ids): another process's write pruned it meanwhile."""
+
+    lost = ""
+
+    def _feed(self) -> Any:
+        feed = super()._feed()
+        lost = self.lost
+
+        class Feed:
+            def get(self, ids: list[str] | None = None, **kwargs: Any) -> Any:
+                if ids is not None:
+                    ids = [token for token in ids if token != lost]
+                return feed.get(ids=ids, **kwargs)
+
+        return None if feed is None else Feed()
+
+
+def test_an_entry_missing_when_its_ids_are_read_means_a_rebuild(
+    make_store: Callable[..., Chroma],
+) -> None:
+    """The chain reaches ``until``, but one of its entries is gone when the ids are read: the
+    feed cannot name every write since ``since``, so ``changes`` says None (the index rebuilds)
+    rather than the ids of the entries left."""
+    store = make_store()
+    store.add_texts(["window budget"], ids=["a"])
+    source = Losing(store)
+    source.bump_generation({"a"})
+    _, start = source.generation()
+    assert start is not None
+    collection = store._client.get_collection(store._collection.name)
+    source._record(collection, "one", chroma_module._Entry(start, {"b"}, False, ()))
+    source._record(collection, "two", chroma_module._Entry("one", {"c"}, False, ()))
+    assert source.changes(start, "two") == {"b", "c"}
+
+    source.lost = "one"
+    assert source.changes(start, "two") is None
+
+
+def test_an_entry_without_its_ids_means_a_rebuild(make_store: Callable[..., Chroma]) -> None:
+    """An entry whose ids are missing (no document: not one this library wrote whole) cannot
+    say which records to read again: ``changes`` says None, as for ids recorded as unknown."""
+    store = make_store()
+    store.add_texts(["window budget"], ids=["a"])
+    source = ChromaKeywordSource(store)
+    source.bump_generation({"a"})
+    _, start = source.generation()
+    assert start is not None
+    collection = store._client.get_collection(store._collection.name)
+    source._record(collection, "one", chroma_module._Entry(start, {"b"}, False, ()))
+    assert source.changes(start, "one") == {"b"}
+
+    feed = store._client.get_collection(FEED_PREFIX + str(collection.id))
+    metadata = {"prev": "one", "at": chroma_module.time.time(), "pending": False, "completes": ""}
+    feed.add(ids=["bare"], metadatas=[metadata], embeddings=[[0.0]])  # no document
+    assert feed.get(ids=["bare"], include=["documents"])["documents"] == [None]
+    assert source.changes(start, "bare") is None
