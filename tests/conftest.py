@@ -9,7 +9,7 @@ import os
 import time
 import uuid
 from collections import Counter
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -110,10 +110,15 @@ def drop_collection(client: Any, name: str) -> None:
 
 
 class StoreSpy:
-    """Every call that reaches a Chroma collection: its name, arguments and ids carried.
+    """Every call that reaches one Chroma collection: its name, arguments and ids carried.
 
-    ``log`` holds ``(name, keyword arguments, ids carried)`` in call order (a ``get`` carries
-    the ids it sent or returned, whichever is more); ``calls`` counts them by name.
+    The retrieval's own calls and those of the keyword index beside it (its checks, its
+    reads, the change feed): ``log`` holds ``(name, keyword arguments, ids carried)`` in call
+    order, and ``calls`` counts them by name. A name is the method called: a collection's
+    (``query``, ``get``, ``count``, ``modify``, ...), or the client's for this collection
+    (``get_collection``, ...); ``feed.`` before it for the collection's keyword change feed
+    (``feed.get``, ``feed.get_collection``, ...). A ``get`` carries the ids it sent or
+    returned, whichever is more; a call that raised is logged too.
     """
 
     def __init__(self) -> None:
@@ -127,31 +132,98 @@ class StoreSpy:
         self.log.clear()
 
 
-SPIED = ("get", "query", "upsert", "add", "delete", "update")
-"""The collection methods a :class:`StoreSpy` sees: every read and write of a store."""
+SPIED = ("get", "query", "count", "peek", "add", "upsert", "update", "delete", "modify")
+"""The collection methods a :class:`StoreSpy` sees: every read and write of a collection."""
+
+SPIED_CLIENT = (
+    "get_collection",
+    "get_or_create_collection",
+    "create_collection",
+    "delete_collection",
+)
+"""The client methods a :class:`StoreSpy` sees, for the collections it watches (by name)."""
 
 
 @pytest.fixture
 def spy_on(monkeypatch: pytest.MonkeyPatch) -> Callable[[Chroma], StoreSpy]:
-    """Wrap a store's collection reads and writes so a test can count and inspect them."""
+    """Count every call a store's collection receives, from whatever object or thread.
+
+    Chroma's ``Collection`` and ``Client`` classes are wrapped (not the store's one
+    collection object): the keyword index reaches the collection through objects of its own
+    (``client.get_collection`` at each check) and its change feed through another
+    collection, and the async path to a server posts to it directly (``AsyncServer.call``).
+    Calls to collections no spy watches pass through unlogged.
+    """
+    from chromadb.api.client import Client
+    from chromadb.api.models.Collection import Collection
+
+    from window_retriever.stores._chroma_http import AsyncServer
+    from window_retriever.stores._chroma_keywords import FEED_PREFIX
+
+    watched: dict[str, tuple[StoreSpy, str]] = {}
+    """Collection name -> (its spy, the prefix of its calls' names)."""
+
+    def log(name: str, prefix: str, spy: StoreSpy, kwargs: dict[str, Any], result: Any) -> None:
+        carried = len(kwargs.get("ids") or [])
+        if name == "get" and isinstance(result, Mapping):  # bounded by what it returns
+            carried = max(carried, len(result.get("ids") or []))
+        spy.log.append((prefix + name, kwargs, carried))
+
+    def on_collection(method: str) -> Callable[..., Any]:
+        original = getattr(Collection, method)
+
+        def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
+            seen = watched.get(self.name)
+            if seen is None:
+                return original(self, *args, **kwargs)
+            result = None
+            try:
+                result = original(self, *args, **kwargs)
+                return result
+            finally:
+                log(method, seen[1], seen[0], kwargs, result)
+
+        return wrapper
+
+    def on_client(method: str) -> Callable[..., Any]:
+        original = getattr(Client, method)
+
+        def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
+            name = kwargs.get("name", args[0] if args else None)
+            seen = watched.get(str(name))
+            if seen is None:
+                return original(self, *args, **kwargs)
+            try:
+                return original(self, *args, **kwargs)
+            finally:
+                log(method, seen[1], seen[0], {"name": name, **kwargs}, None)
+
+        return wrapper
+
+    original_call = AsyncServer.call
+
+    async def on_server(self: Any, endpoint: str, body: Mapping[str, Any]) -> Any:
+        seen = watched.get(str(self._vectorstore._collection.name))
+        if seen is None:
+            return await original_call(self, endpoint, body)
+        result = None
+        try:
+            result = await original_call(self, endpoint, body)
+            return result
+        finally:
+            log(endpoint, seen[1], seen[0], dict(body), result)
 
     def attach(store: Chroma) -> StoreSpy:
+        if not watched:  # the first store of the test: wrap the classes once
+            for method in SPIED:
+                monkeypatch.setattr(Collection, method, on_collection(method))
+            for method in SPIED_CLIENT:
+                monkeypatch.setattr(Client, method, on_client(method))
+            monkeypatch.setattr(AsyncServer, "call", on_server)
         spy = StoreSpy()
         collection = store._collection
-        for method in SPIED:
-            original = getattr(collection, method)
-
-            def wrapper(
-                *args: Any, _name: str = method, _original: Any = original, **kwargs: Any
-            ) -> Any:
-                result = _original(*args, **kwargs)
-                carried = len(kwargs.get("ids") or [])
-                if _name == "get":  # a read is bounded by what it returns, too
-                    carried = max(carried, len(result["ids"]))
-                spy.log.append((_name, kwargs, carried))
-                return result
-
-            monkeypatch.setattr(collection, method, wrapper)
+        watched[collection.name] = (spy, "")
+        watched[FEED_PREFIX + str(collection.id)] = (spy, "feed.")
         return spy
 
     return attach
@@ -186,6 +258,33 @@ class FakeClock:
 
     def __call__(self) -> float:
         return self.now
+
+
+@pytest.fixture
+def held_still(monkeypatch: pytest.MonkeyPatch) -> Callable[[Chroma], FakeClock]:
+    """Stop the clock of a store's keyword index (made by a warm-up), checked now.
+
+    The index checks the collection by the time since its last check, not per query: one
+    ``get_collection`` (the generation token) once ``check_interval`` (1 s) has passed, and
+    ``get_collection`` and ``count`` (the whole fingerprint) once ``COUNT_EVERY`` intervals
+    have. With the clock stopped a test counts what each query costs between checks, and
+    moves the clock (``clock.now += interval``) to count a check; without, how many checks
+    land among its queries depends on how fast the machine runs them. The index's own
+    clock is given back after the test.
+    """
+    from window_retriever.keywords._index import KeywordIndex
+    from window_retriever.stores._chroma_keywords import ChromaKeywordSource
+
+    def hold(store: Chroma) -> FakeClock:
+        index = KeywordIndex.existing(ChromaKeywordSource(store))
+        assert index is not None, "no keyword index of this store yet: warm a retriever up"
+        clock = FakeClock()
+        clock.now = time.monotonic()  # given back its clock, the index checks when due
+        monkeypatch.setattr(index, "_clock", clock)
+        index.refresh()  # checked at the clock's time: none due until the test moves it
+        return clock
+
+    return hold
 
 
 @pytest.fixture

@@ -8,7 +8,7 @@ import numpy as np
 from langchain_chroma import Chroma
 from langchain_core.documents import Document
 
-from tests.conftest import StoreSpy
+from tests.conftest import FakeClock, StoreSpy
 from tests.integration.conftest import example_store_directory
 from window_retriever import ContextWindowRetriever, default_embeddings
 
@@ -102,12 +102,15 @@ def test_token_counts_are_not_truncated_at_the_models_limit() -> None:
 
 
 def test_a_total_budget_on_the_real_model_costs_one_search_and_one_fetch(
-    pages: Pages, spy_on: Callable[[Chroma], StoreSpy]
+    pages: Pages,
+    spy_on: Callable[[Chroma], StoreSpy],
+    held_still: Callable[[Chroma], FakeClock],
 ) -> None:
     store, _, texts = pages
     count = default_embeddings().count_tokens
     ContextWindowRetriever(vectorstore=store, total_budget=500).invoke(QUESTION)  # builds the
-    spy = spy_on(store)  # keyword index once a process: its reads are not a query's
+    held_still(store)  # keyword index once a process (its reads are not a query's); no check
+    spy = spy_on(store)  # of the collection falls due among the queries (see held_still)
     for expansion in ("adaptive", "static"):
         for length_function, total in ((len, 1500), (count, 300)):
             spy.reset()

@@ -17,7 +17,7 @@ from langchain_core.embeddings import Embeddings
 from langchain_text_splitters import RecursiveCharacterTextSplitter
 
 import window_retriever.retrieval._adaptive_strategy
-from tests.conftest import StoreSpy
+from tests.conftest import FakeClock, StoreSpy
 from window_retriever import (
     ConfigurationError,
     ContextWindowRetriever,
@@ -28,8 +28,10 @@ from window_retriever import (
     WindowStore,
     add_chunks,
 )
+from window_retriever.keywords._lifecycle import COUNT_EVERY
 from window_retriever.retrieval._candidates import SURVEY_WIDTH
 from window_retriever.stores._adapters import store_adapter
+from window_retriever.stores._chroma_keywords import keyword_index
 from window_retriever.stores._protocol import execute
 
 SPEAKERS = ("Caroline", "Melanie")
@@ -123,19 +125,24 @@ def conversations_in(store: Chroma) -> tuple[Chroma, list[Document]]:
 def test_hybrid_costs_one_search_and_one_fetch_once_its_index_is_built(
     conversations: tuple[Chroma, list[Document]],
     spy_on: Callable[[Chroma], StoreSpy],
+    held_still: Callable[[Chroma], FakeClock],
     expansion: str,
 ) -> None:
+    """Every call the store receives is counted, the keyword index's own included: between
+    two checks of the collection a query costs one search and one fetch; a check adds one
+    ``get_collection`` (the generation token) once ``check_interval`` has passed since the
+    last, and a ``count`` with it once ``COUNT_EVERY`` intervals have."""
     store, _ = conversations
     retriever = ContextWindowRetriever(vectorstore=store, total_budget=800, expansion=expansion)
     retriever.invoke("warm the keyword index")
+    clock = held_still(store)
     spy = spy_on(store)
     keyword_only = 0
     for topic in TOPICS:
         spy.reset()
         docs = retriever.invoke(f"what about {topic} and {TOPICS[0]}?")
-        assert spy.calls["query"] == 1, topic
-        assert spy.calls["get"] == 1, topic  # the keyword leg's own hits come with the neighbours
-        assert set(spy.calls) <= {"query", "get", "count"}, spy.calls
+        # the keyword leg's own hits come with the neighbours; the index asks nothing
+        assert spy.calls == {"query": 1, "get": 1}, topic
         assert sum(len(d.page_content) for d in docs) <= 800
         ranks = [legs for d in docs for legs in d.metadata["hit_ranks"]]
         assert any("keyword" in legs for legs in ranks)
@@ -143,6 +150,15 @@ def test_hybrid_costs_one_search_and_one_fetch_once_its_index_is_built(
         scores = [score for d in docs for score in d.metadata["hit_scores"]]
         assert all(math.isfinite(score) and score >= 0 for score in scores)  # true distances
     assert keyword_only  # hits only the keyword leg found were read, windowed and returned
+    interval = keyword_index(store).check_interval
+    clock.now += interval  # a check is due: the token alone
+    spy.reset()
+    retriever.invoke(f"what about {TOPICS[1]}?")
+    assert spy.calls == {"get_collection": 1, "query": 1, "get": 1}
+    clock.now += COUNT_EVERY * interval  # the count is due too: the whole fingerprint
+    spy.reset()
+    retriever.invoke(f"what about {TOPICS[2]}?")
+    assert spy.calls == {"get_collection": 1, "count": 1, "query": 1, "get": 1}
 
 
 @pytest.mark.parametrize("expansion", ["static", "adaptive"])
@@ -175,6 +191,7 @@ def test_one_search_one_fetch_and_never_over_budget_where_hits_merge(
 def test_adaptive_reads_no_vector_unless_diversity_compares_chunks(
     conversations: tuple[Chroma, list[Document]],
     spy_on: Callable[[Chroma], StoreSpy],
+    held_still: Callable[[Chroma], FakeClock],
     candidates: str,
 ) -> None:
     """The search asks for ids and distances of a wider pool, the one fetch for texts and
@@ -186,6 +203,8 @@ def test_adaptive_reads_no_vector_unless_diversity_compares_chunks(
             vectorstore=store, total_budget=800, candidates=candidates, diversity=diversity
         )
         retriever.invoke("warm the keyword index")
+        if candidates == "hybrid":
+            held_still(store)  # no check of the collection due (see held_still)
         spy.reset()
         docs = retriever.invoke(f"what about {TOPICS[2]}?")
         assert docs

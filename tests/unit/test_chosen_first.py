@@ -16,7 +16,7 @@ import pytest
 from langchain_chroma import Chroma
 from langchain_core.documents import Document
 
-from tests.conftest import StoreSpy
+from tests.conftest import FakeClock, StoreSpy
 from tests.unit.test_budget import (
     TOPICS,
     TieFreeEmbeddings,
@@ -75,11 +75,15 @@ def _read_ids(spy: StoreSpy) -> list[str]:
     ],
 )
 def test_the_windows_are_those_of_reading_everything_and_only_they_are_read(
-    store: Chroma, spy_on: Callable[[Chroma], StoreSpy], options: dict[str, Any]
+    store: Chroma,
+    spy_on: Callable[[Chroma], StoreSpy],
+    held_still: Callable[[Chroma], FakeClock],
+    options: dict[str, Any],
 ) -> None:
     chosen_first = ContextWindowRetriever(vectorstore=store, **options)
     reading_all = ContextWindowRetriever(vectorstore=Unindexed(store), **options)
     chosen_first.invoke("warm: build the keyword index")
+    held_still(store)  # no check of the collection due: each query's own calls
     spy = spy_on(store)
     for question in QUESTIONS:
         spy.reset()
@@ -92,11 +96,14 @@ def test_the_windows_are_those_of_reading_everything_and_only_they_are_read(
         assert _windows(got) == _windows(reading_all.invoke(question)), question
 
 
-def test_async_chooses_first_too(store: Chroma, spy_on: Callable[[Chroma], StoreSpy]) -> None:
+def test_async_chooses_first_too(
+    store: Chroma, spy_on: Callable[[Chroma], StoreSpy], held_still: Callable[[Chroma], FakeClock]
+) -> None:
     import asyncio
 
     retriever = ContextWindowRetriever(vectorstore=store, total_budget=800)
     retriever.invoke("warm")
+    held_still(store)
     spy = spy_on(store)
     got = asyncio.run(retriever.ainvoke("pottery in the garden library"))
     assert spy.calls == {"query": 1, "get": 1}
@@ -107,7 +114,7 @@ def test_async_chooses_first_too(store: Chroma, spy_on: Callable[[Chroma], Store
 
 
 def test_a_chunk_rewritten_behind_the_index_s_back_comes_back_as_it_is_now(
-    store: Chroma, spy_on: Callable[[Chroma], StoreSpy]
+    store: Chroma, spy_on: Callable[[Chroma], StoreSpy], held_still: Callable[[Chroma], FakeClock]
 ) -> None:
     """A bare ``update`` keeps the count and tells no index: the index still holds the old
     length. The chunk read differs from its stand-in, so the windows are read the usual way
@@ -115,6 +122,7 @@ def test_a_chunk_rewritten_behind_the_index_s_back_comes_back_as_it_is_now(
     retriever = ContextWindowRetriever(vectorstore=store, total_budget=800)
     question = "pottery in the garden library"
     target = retriever.invoke(question)[0].metadata["hit_chunk_ids"][0]
+    held_still(store)  # the update below keeps the count: no check would see it anyway
     old = store._collection.get(ids=[target])["documents"][0]
     new = old + " (corrected later: the pottery class moved to Tuesday)"
     vector = TieFreeEmbeddings().embed_documents([new])
@@ -153,12 +161,13 @@ def test_a_chunk_moved_to_another_tenant_behind_the_index_s_back_never_comes_bac
 
 
 def test_a_hit_the_index_does_not_hold_yet_is_read_the_usual_way(
-    store: Chroma, spy_on: Callable[[Chroma], StoreSpy]
+    store: Chroma, spy_on: Callable[[Chroma], StoreSpy], held_still: Callable[[Chroma], FakeClock]
 ) -> None:
     """A chunk written by a bare ``add_documents`` is found by the vector search before the
     index's next check: with no length to choose it by, the windows are read as before."""
     retriever = ContextWindowRetriever(vectorstore=store, total_budget=800)
     retriever.invoke("warm")
+    held_still(store)  # before the index's next check, however slow the machine
     late = split([Document(page_content=turns(6, 9), metadata={"source": "late"})], 140, 30)
     store.add_documents(late, ids=[c.metadata["chunk_id"] for c in late])
     spy = spy_on(store)
@@ -201,7 +210,7 @@ def _set_tenant(store: Chroma, chunk_id: str, tenant: str) -> None:
 
 
 def test_a_gap_the_store_has_filled_since_is_read_then_held(
-    store: Chroma, spy_on: Callable[[Chroma], StoreSpy]
+    store: Chroma, spy_on: Callable[[Chroma], StoreSpy], held_still: Callable[[Chroma], FakeClock]
 ) -> None:
     """The index holds a window's middle chunk as hidden (another tenant's); a bare update
     shows it again. The gap is read with the chosen chunks: found filled, the windows are read
@@ -223,6 +232,7 @@ def test_a_gap_the_store_has_filled_since_is_read_then_held(
     _set_tenant(store, middle, "b")
     invalidate_keywords(store)  # the index learns it is hidden
     assert not any(middle in d.metadata["chunk_ids"] for d in retriever.invoke(question))
+    held_still(store)
     _set_tenant(store, middle, "a")  # shown again behind the index's back
     spy = spy_on(store)
 
@@ -237,11 +247,12 @@ def test_a_gap_the_store_has_filled_since_is_read_then_held(
 
 
 def test_a_chunk_rewritten_in_place_costs_one_fetch_more_once(
-    store: Chroma, spy_on: Callable[[Chroma], StoreSpy]
+    store: Chroma, spy_on: Callable[[Chroma], StoreSpy], held_still: Callable[[Chroma], FakeClock]
 ) -> None:
     retriever = ContextWindowRetriever(vectorstore=store, total_budget=800)
     question = "camping and guitar"
     target = retriever.invoke(question)[0].metadata["hit_chunk_ids"][0]
+    held_still(store)
     old = store._collection.get(ids=[target])["documents"][0]  # type: ignore[index]
     new = old[: len(old) // 2]
     vector = TieFreeEmbeddings().embed_documents([new])
@@ -260,7 +271,7 @@ def test_a_chunk_rewritten_in_place_costs_one_fetch_more_once(
 
 
 def test_a_chunk_appended_behind_the_index_s_back_is_read_where_a_window_reaches_it(
-    store: Chroma, spy_on: Callable[[Chroma], StoreSpy]
+    store: Chroma, spy_on: Callable[[Chroma], StoreSpy], held_still: Callable[[Chroma], FakeClock]
 ) -> None:
     """Within the index's check interval it does not know a chunk just added to a file's end:
     the plan reaches the position, the fetch finds it, and the windows are read as reading
@@ -270,7 +281,8 @@ def test_a_chunk_appended_behind_the_index_s_back_is_read_where_a_window_reaches
     record = store._collection.get(where={"source": "conv-1"}, include=["documents", "metadatas"])
     last = max(record["metadatas"], key=lambda m: m["chunk_index"])  # type: ignore[arg-type,return-value]
     text = record["documents"][record["metadatas"].index(last)]  # type: ignore[index,union-attr]
-    retriever.invoke(text)  # the index is checked now: the addition comes within its interval
+    retriever.invoke(text)
+    held_still(store)  # the index is checked now: the addition comes within its interval
     index = int(last["chunk_index"]) + 1
     added = f"{last['file_id']}:{index}"
     words = "Melanie: and then the garden library pottery, later that evening."

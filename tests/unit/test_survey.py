@@ -17,7 +17,7 @@ import pytest
 from langchain_chroma import Chroma
 from langchain_core.documents import Document
 
-from tests.conftest import StoreSpy
+from tests.conftest import FakeClock, StoreSpy
 from tests.unit.test_budget import (
     TOPICS,
     KeywordEmbeddings,
@@ -44,7 +44,9 @@ def _conversation_store(make_store: Callable[..., Chroma], count: int = 3) -> Ch
 
 
 def test_windows_do_not_depend_on_the_lengths_earlier_calls_read(
-    make_store: Callable[..., Chroma], spy_on: Callable[[Chroma], StoreSpy]
+    make_store: Callable[..., Chroma],
+    spy_on: Callable[[Chroma], StoreSpy],
+    held_still: Callable[[Chroma], FakeClock],
 ) -> None:
     """A retriever that learned long chunks plans too little for short ones: once it reads the
     hits it plans again from their lengths and reads the rest, so its windows are a fresh
@@ -58,6 +60,7 @@ def test_windows_do_not_depend_on_the_lengths_earlier_calls_read(
     for topic in TOPICS[:3]:
         warmed.invoke(topic, filter={"kind": "long"})
     assert warmed._lengths.low()[0] > 500  # type: ignore[index]  # learned: long chunks only
+    held_still(store)  # no check of the collection due: each query's own calls
     spy = spy_on(store)
     for topic in TOPICS:
         fresh = ContextWindowRetriever(vectorstore=store, **options)
@@ -68,6 +71,7 @@ def test_windows_do_not_depend_on_the_lengths_earlier_calls_read(
             d.metadata["chunk_ids"] for d in expected
         ], topic
         assert spy.calls["query"] == 1 and spy.calls["get"] <= 2
+        assert set(spy.calls) <= {"query", "get"}, spy.calls
 
 
 def test_a_survey_of_ids_that_do_not_name_positions_searches_the_usual_way_from_then_on(
