@@ -14,6 +14,10 @@ Dev sets (the only data the adaptive parameters were chosen on):
   ``perl-doc``; ``benchmarks/data/<set>_questions.jsonl``; see ``docsets.py``), chunked at
   the ingest command's default, 400 characters (overlap 40).
 
+``--chunk-size N`` chunks every set chosen at N characters instead (overlap ``--chunk-overlap``,
+by default a tenth of N, the proportion of both defaults above); each size has its own cached
+collection.
+
 Every system returns documents in rank order, cut at the same total budget B (characters):
 
 - ``plain``: the top chunks until the budget is full (the last one cut);
@@ -70,9 +74,19 @@ def load_set(name: str) -> tuple[list[Document], list[dict[str, Any]], tuple[int
     return documents, rows, (docset.chunk_size, docset.chunk_overlap)
 
 
+def chunking(args: argparse.Namespace, size: int, overlap: int) -> tuple[int, int]:
+    """The (size, overlap) a set is chunked at: its own, unless ``--chunk-size`` says otherwise."""
+    if args.chunk_size is None:
+        return size, overlap
+    return args.chunk_size, (
+        args.chunk_size // 10 if args.chunk_overlap is None else args.chunk_overlap
+    )
+
+
 def run_set(name: str, args: argparse.Namespace) -> dict[str, Any]:
     """Ingest one dev set (cached) and evaluate every system on it."""
-    documents, rows, (size, overlap) = load_set(name)
+    documents, rows, own = load_set(name)
+    size, overlap = chunking(args, *own)
     cache = Path(args.cache)
     cache.mkdir(parents=True, exist_ok=True)
     questions_file = cache / f"{name}-questions.jsonl"  # derived data: never in the repo
@@ -92,7 +106,7 @@ def run_set(name: str, args: argparse.Namespace) -> dict[str, Any]:
     store, chunks = build_store(client, collection, documents, splitter)
     print(
         f"\n## {name}: {len(questions)} questions, {len(documents)} sources, {chunks} chunks, "
-        f"headers {'on' if splitter.headers else 'off'}"
+        f"chunks of {size} (overlap {overlap}), headers {'on' if splitter.headers else 'off'}"
     )
     texts = {d.metadata["source"]: d.page_content for d in documents}
     report = evaluate(
@@ -103,7 +117,12 @@ def run_set(name: str, args: argparse.Namespace) -> dict[str, Any]:
         retrievers={} if args.no_rse else {"rse": relevant_segment_extraction(store, texts)},
     )
     print(report.table())
-    result = report.to_json() | {"questions": len(questions), "chunks": chunks}
+    result = report.to_json() | {
+        "questions": len(questions),
+        "chunks": chunks,
+        "chunk_size": size,
+        "chunk_overlap": overlap,
+    }
     if args.versus:
         result["versus"] = versus(report.per_question, args.versus, args.budgets)
         for key, delta in result["versus"].items():
@@ -144,6 +163,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--no-rse", action="store_true", help="skip the RSE peer")
     parser.add_argument(
+        "--chunk-size",
+        type=int,
+        help="chunk every set at this many characters (default: each set's own, see above)",
+    )
+    parser.add_argument(
+        "--chunk-overlap",
+        type=int,
+        help="the chunks' overlap with --chunk-size (default: a tenth of the chunk size)",
+    )
+    parser.add_argument(
         "--headers",
         action=argparse.BooleanOptionalAction,
         help="embed chunks with their context headers (default: WindowSplitter's default)",
@@ -156,6 +185,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--out", help="write the results as JSON here")
     args = parser.parse_args(argv)
     args.budgets = [int(b) for b in args.budgets.split(",")]
+    if args.chunk_overlap is not None and args.chunk_size is None:
+        parser.error("--chunk-overlap needs --chunk-size")
     unknown = [name for name in args.sets.split(",") if name not in SETS]
     if unknown:
         parser.error(f"unknown dev sets {', '.join(unknown)}; sets: {', '.join(SETS)}")
