@@ -48,6 +48,7 @@ if TYPE_CHECKING:  # what the names are; at run time each is imported on first u
         Record,
         Search,
         SearchIds,
+        SearchVectors,
         WindowStore,
     )
 
@@ -67,6 +68,7 @@ _WHERE = {
     "Record": "window_retriever.stores._protocol",
     "Search": "window_retriever.stores._protocol",
     "SearchIds": "window_retriever.stores._protocol",
+    "SearchVectors": "window_retriever.stores._protocol",
     "StoreError": "window_retriever._errors",
     "WindowRetrieverError": "window_retriever._errors",
     "WindowSplitter": "window_retriever.ingestion._splitter",
@@ -128,6 +130,7 @@ __all__ = [  # noqa: RUF022 - sorted as Python sorts (a test checks it), not iso
     "Record",
     "Search",
     "SearchIds",
+    "SearchVectors",
     "StoreError",
     "WindowRetrieverError",
     "WindowSplitter",

@@ -188,14 +188,15 @@ def test_one_search_one_fetch_and_never_over_budget_where_hits_merge(
 
 
 @pytest.mark.parametrize("candidates", ["vector", "hybrid"])
-def test_adaptive_reads_no_vector_unless_diversity_compares_chunks(
+def test_adaptive_reads_no_neighbour_vector_and_the_hits_only_with_diversity(
     conversations: tuple[Chroma, list[Document]],
     spy_on: Callable[[Chroma], StoreSpy],
     held_still: Callable[[Chroma], FakeClock],
     candidates: str,
 ) -> None:
     """The search asks for ids and distances of a wider pool, the one fetch for texts and
-    metadata: no vector on the wire. Only diversity (which compares chunks) reads vectors."""
+    metadata: no vector on the wire. Diversity compares hits only: the same search brings
+    the pool's vectors, and the fetch of the neighbours still none."""
     store, _ = conversations
     spy = spy_on(store)
     for diversity in (0.0, 0.5):
@@ -216,7 +217,9 @@ def test_adaptive_reads_no_vector_unless_diversity_compares_chunks(
             assert search["n_results"] == SURVEY_WIDTH
             assert "embeddings" not in fetch["include"]
         else:
-            assert "embeddings" in search["include"] and "embeddings" in fetch["include"]
+            assert search["include"] == ["distances", "embeddings"]
+            assert search["n_results"] == SURVEY_WIDTH
+            assert "embeddings" not in fetch["include"]  # no neighbour's vector
 
 
 class ModernStore(WindowStore):

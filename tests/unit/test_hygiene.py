@@ -245,3 +245,23 @@ def test_the_evaluation_takes_floor_and_diversity_as_numbers(
         parse_configs("window:floor=high")
     with pytest.raises(ConfigurationError, match=r"option diversity='x' .* must be a number"):
         parse_configs("window:diversity=x")
+
+
+def test_diversity_compares_hits_only_a_neighbours_vector_never() -> None:
+    """A window's likeness to a hit is that of the hits it holds: a neighbour's stored vector
+    (read where there is no survey, to measure it against the query) is never compared."""
+    from window_retriever.core._windows import Chunk, Hit
+    from window_retriever.retrieval._adaptive_strategy import cosines
+    from window_retriever.retrieval._pool import Pool
+
+    hits = [Hit(Chunk("f:0", "a", "f", 0), 0.1), Hit(Chunk("g:0", "b", "g", 0), 0.2)]
+    neighbour = Chunk("f:1", "c", "f", 1)
+    pool = Pool(
+        hits,
+        {("f", 0): hits[0].chunk, ("g", 0): hits[1].chunk, ("f", 1): neighbour},
+        vectors={"f:0": [1.0, 0.0], "g:0": [0.6, 0.8], "f:1": [0.0, 1.0]},
+    )
+    similarity = cosines(pool)
+    assert similarity("f:1") is None  # a neighbour: not compared, though its vector is held
+    assert similarity("f:0") == pytest.approx([1.0, 0.6])
+    assert similarity("g:0") == pytest.approx([0.6, 1.0])

@@ -29,6 +29,7 @@ from window_retriever import (
     Record,
     Search,
     SearchIds,
+    SearchVectors,
     WindowSplitter,
     WindowStore,
     add_chunks,
@@ -88,6 +89,12 @@ def test_search_is_best_first_with_lower_is_better_distances(store: WindowStore)
     ids = execute(store, SearchIds("the hawk hunts by day", k=3))
     assert [i for i, _ in ids] == [d.id for d in found.documents]
     assert [d for _, d in ids] == pytest.approx(list(found.distances), rel=1e-4, abs=1e-6)
+    with_vectors = execute(store, SearchVectors("the hawk hunts by day", k=3, where=None))
+    assert [i for i, _ in with_vectors.hits] == [i for i, _ in ids]
+    assert [d for _, d in with_vectors.hits] == pytest.approx([d for _, d in ids], rel=1e-4)
+    assert with_vectors.space == "l2"
+    for vector, stored in zip(with_vectors.vectors, found.embeddings, strict=True):
+        assert list(vector) == pytest.approx(list(stored))
 
 
 @pytest.mark.parametrize(

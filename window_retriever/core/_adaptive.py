@@ -35,12 +35,13 @@ rule only compares values, it is unchanged by any increasing affine rescaling of
 relevance: one setting carries across embedding models whose similarities sit on different
 scales, and across distance spaces (for unit vectors, squared L2 is affine in cosine).
 
-With ``diversity`` (maximal marginal relevance over the stored embeddings), an unused hit that
-would open a *new* window is worth its relevance minus ``diversity`` times its highest cosine
-similarity to any chunk already chosen (clipped at 0), that similarity expressed in the
-relevance's units::
+With ``diversity`` (maximal marginal relevance over the hits' stored embeddings), an unused
+hit that would open a *new* window is worth its relevance minus ``diversity`` times its
+highest cosine similarity to a hit already chosen (clipped at 0; a window is as like a hit as
+the likest of the hits it holds, its neighbours are not compared), that similarity expressed
+in the relevance's units::
 
-    value(new hit) = relevance(hit) - diversity * max(0, max cosine(hit, chosen chunks))
+    value(new hit) = relevance(hit) - diversity * max(0, max cosine(hit, chosen hits))
 
 so a near-copy of a chosen window loses about ``diversity`` and a hit on another topic next to
 nothing. It is the classic MMR, ``l * relevance - (1 - l) * redundancy`` with
@@ -73,7 +74,7 @@ from window_retriever.core._windows import (
 )
 
 Similarity = Callable[[str], Sequence[float] | None]
-"""A chunk id -> the cosine similarity of every hit to that chunk (``None``: no embedding)."""
+"""A chunk id -> the cosine similarity of every hit to that chunk (``None``: not compared)."""
 
 DEFAULT_COHERENCE = 0.6
 """How far a neighbour's worth is pulled toward the window it would join. Chosen on the two dev
@@ -225,8 +226,9 @@ def select_adaptive(
         diversity: What a hit that would open a new window loses per unit of its highest
             cosine similarity to a chosen chunk, in the units of ``relevance`` (0: off).
         similarity: For ``diversity``: given a chunk id, the cosine similarity of every hit
-            (in the order of ``hits``) to that chunk, or ``None`` when the chunk has no
-            stored embedding (it then discounts nothing).
+            (in the order of ``hits``) to that chunk, or ``None`` when it is compared to
+            nothing (a neighbour, or a hit without a stored embedding: it then discounts
+            nothing).
         measure: A cache of lengths to share with the caller.
 
     Returns:
@@ -327,7 +329,10 @@ def select_adaptive(
 
 
 class _Redundancy:
-    """Each hit's highest cosine similarity (at least 0) to the chunks chosen so far."""
+    """Each hit's highest cosine similarity (at least 0) to the compared chunks chosen so far.
+
+    Compared: those ``similarity`` answers for (the hits, in the retrieval).
+    """
 
     def __init__(self, count: int, similarity: Similarity) -> None:
         self._similarity = similarity

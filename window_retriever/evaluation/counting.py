@@ -12,6 +12,8 @@ from window_retriever.stores._protocol import (
     IdHits,
     Search,
     SearchIds,
+    SearchVectors,
+    VectorHits,
     Where,
     WindowStore,
     execute,
@@ -66,6 +68,11 @@ class CountingStore(WindowStore):
 
     def fetch(self, request: Fetch) -> Found:
         """Count, then fetch."""
+        self.calls += 1
+        return execute(self.store, request)
+
+    def search_vectors(self, request: SearchVectors) -> VectorHits:
+        """Count, then search for ids, distances and vectors."""
         self.calls += 1
         return execute(self.store, request)
 

@@ -9,9 +9,11 @@ differs is only how much is known before the read:
   wide pool; where the keyword index holds the chunks' lengths and metadata, their stand-ins
   (``_stand_ins``) are selected among before anything is read, and only the chosen are read
   and checked;
-- without a survey (diversity on, a source that cannot search ids alone, ids that do not name
-  positions, keyword hits only), the search reads the hits and the fetch the neighbours with
-  their stored vectors, which measure them (``_strategies._Budgeted``).
+  With ``diversity`` the survey's search brings the hits' stored vectors too (what it
+  compares), nothing else;
+- without a survey (a source that cannot search ids alone, ids that do not name positions,
+  keyword hits only), the search reads the hits and the fetch the neighbours with their
+  stored vectors, which measure them (``_strategies._Budgeted``).
 
 Every way gives the same windows (``benchmarks/replay.py --against-reading-all`` checks it).
 """
@@ -46,12 +48,12 @@ class Adaptive(_Budgeted):
     """Hits and neighbours compete for the budget by their relevance to the query.
 
     Where the source can :meth:`~CandidateSource.survey` (a store that searches ids alone,
-    ids that name positions) and ``diversity`` is off, the search returns ids and distances
-    only, of a pool wider than the hits, and a chunk is measured by its distance in the pool,
-    or at the pool's farthest distance when it is not among them
-    (:class:`~window_retriever.retrieval._pool.Survey`); one fetch reads texts and metadata,
-    no vectors. Otherwise each neighbour is measured by its stored vector, read with the
-    fetch.
+    ids that name positions), the search returns ids and distances only (and the hits'
+    vectors where ``diversity`` compares them), of a pool wider than the hits, and a chunk is
+    measured by its distance in the pool, or at the pool's farthest distance when it is not
+    among them (:class:`~window_retriever.retrieval._pool.Survey`); one fetch reads texts and
+    metadata, no vectors. Otherwise each neighbour is measured by its stored vector, read
+    with the fetch.
     """
 
     embeddings = True
@@ -83,8 +85,8 @@ class Adaptive(_Budgeted):
 
     def _survey(self, query: str, params: Params, source: CandidateSource) -> Flow:
         """The survey to select by, or ``None`` where there is none to measure chunks by."""
-        if params.diversity > 0 or not source.surveys or self.lengths.disabled:
-            return None  # diversity compares vectors; the source cannot search ids alone
+        if not source.surveys or self.lengths.disabled:
+            return None  # the source cannot search ids alone
         survey: Survey | None = yield from source.survey(query, params.fetch_k, params)
         if survey is None:  # ids that do not name positions: the usual search, from now on
             self.lengths.disable()
@@ -147,13 +149,16 @@ class Adaptive(_Budgeted):
             hits = stand_ins.hits(survey.hits)
             if hits is None:
                 return None
-            return Pool(*by_position(hits), fused=survey.fused)
+            stood = Pool(*by_position(hits), vectors=dict(survey.vectors), fused=survey.fused)
+            stood.space = survey.space or stood.space  # known before a read with diversity only
+            return stood
         estimate = _plan(survey.hits, params, measure, typical=self.lengths.low(), read=False)
         ids = {make_chunk_id(*position): position for position in estimate}
         pool: Pool | None = yield from neighbours.read_located(survey.hits, ids, params)
         if pool is None:
             return None
         pool.fused = survey.fused
+        pool.vectors = dict(survey.vectors)  # the hits', for diversity (none without it)
         self.lengths.learn(measure, pool.chunks.values())
         return pool
 
@@ -263,9 +268,13 @@ def _fused_order(values: dict[str, float], hits: Sequence[Hit]) -> dict[str, flo
 
 
 def cosines(pool: Pool) -> Callable[[str], list[float] | None]:
-    """For diversity: a chunk id -> the cosine similarity of every hit to it.
+    """For diversity: a hit's id -> the cosine similarity of every hit to it.
 
-    From the stored embeddings (0 for a hit without one); ``None`` for a chunk without one.
+    Only the hits' stored vectors are compared (a window's likeness to a hit is the highest
+    of the hits it holds), so only theirs are read: with the survey's search
+    (``SearchVectors``), or with the search where there is no survey. ``None`` for a chunk
+    that is no hit, or a hit without a vector (a keyword hit the vector leg did not find);
+    such a hit is 0 like every other.
     """
     import numpy as np  # only with diversity: importing the retriever should not cost numpy
 
@@ -275,12 +284,15 @@ def cosines(pool: Pool) -> Callable[[str], list[float] | None]:
         [row if len(row) == width else [0.0] * width for row in rows], dtype=np.float64
     ).reshape(len(rows), width)
     matrix /= np.clip(np.linalg.norm(matrix, axis=1, keepdims=True), 1e-12, None)
+    similar = matrix @ matrix.T
+    row_of = {
+        hit.chunk.id: r
+        for r, (hit, row) in enumerate(zip(pool.hits, rows, strict=True))
+        if width and len(row) == width
+    }
 
     def similarity(chunk_id: str) -> list[float] | None:
-        vector = pool.vectors.get(chunk_id)
-        if vector is None or width == 0 or len(vector) != width:
-            return None
-        v = np.asarray(vector, dtype=np.float64)
-        return [float(x) for x in matrix @ (v / max(float(np.linalg.norm(v)), 1e-12))]
+        r = row_of.get(chunk_id)
+        return None if r is None else [float(x) for x in similar[r]]
 
     return similarity

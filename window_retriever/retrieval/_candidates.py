@@ -43,7 +43,9 @@ from window_retriever.stores._protocol import (
     IdHits,
     Search,
     SearchIds,
+    SearchVectors,
     Space,
+    VectorHits,
     Where,
     WindowStore,
     in_thread,
@@ -116,12 +118,12 @@ class VectorSearch(CandidateSource):
 
     def survey(self, query: str, k: int, params: Params) -> Flow:
         width = max(k, SURVEY_WIDTH)
-        found = yield from search_ids(query, width, params.filter, params.where_document, self.held)
+        found, vectors, space = yield from _surveyed(query, width, k, params, self.held)
         hits = hits_by_id(found[:k])  # the rest of the pool is measured by id, whatever its form
         if hits is None:
             return None
         distances, bound = _survey_of(found)
-        return Survey(hits, distances, bound)
+        return Survey(hits, distances, bound, vectors=vectors, space=space)
 
     def find(
         self, query: str, k: int, params: Params, *, embeddings: bool, defer: bool = False
@@ -163,13 +165,55 @@ def search_ids(
     searches among them (``SearchIds.ids``) in place of its ``where``. As current as the index:
     every chunk read is checked against the filter again (``Neighbours.read``).
     """
-    ids: list[str] | None = None
-    index = held()
-    if index is not None and where is not None and where_document is None:
-        passing, decided = index.passing, where
-        ids = yield Call(lambda: passing(decided), lambda: in_thread(passing, decided))
+    ids = yield from _passing(where, where_document, held)
     found: IdHits = yield SearchIds(query, k, where, where_document, ids=ids)
     return found
+
+
+def search_vectors(
+    query: str,
+    k: int,
+    where: Where | None,
+    where_document: Where | None = None,
+    held: Callable[[], Held | None] = nothing_held,
+) -> Flow:
+    """:func:`search_ids` with each hit's stored vector (``SearchVectors``): for diversity."""
+    ids = yield from _passing(where, where_document, held)
+    found: VectorHits = yield SearchVectors(query, k, where, where_document, ids=ids)
+    return found
+
+
+def _passing(
+    where: Where | None, where_document: Where | None, held: Callable[[], Held | None]
+) -> Flow:
+    """The ids the keyword index says ``where`` passes, or ``None`` (see :func:`search_ids`)."""
+    index = held()
+    if index is None or where is None or where_document is not None:
+        return None
+    passing, decided = index.passing, where
+    ids: list[str] | None = yield Call(
+        lambda: passing(decided), lambda: in_thread(passing, decided)
+    )
+    return ids
+
+
+def _surveyed(
+    query: str, width: int, k: int, params: Params, held: Callable[[], Held | None]
+) -> Flow:
+    """A survey's search: the ``(id, distance)`` pairs of ``width`` chunks.
+
+    Where diversity compares hits, also the vectors of the first ``k`` and the store's space
+    (else ``{}`` and ``None``): nothing else is compared, a window's likeness to a hit being
+    that of the hits it holds.
+    """
+    if params.diversity <= 0:
+        pairs = yield from search_ids(query, width, params.filter, params.where_document, held)
+        return pairs, {}, None
+    found: VectorHits = yield from search_vectors(
+        query, width, params.filter, params.where_document, held
+    )
+    first = zip(found.hits[:k], found.vectors, strict=False)
+    return found.hits, {chunk_id: vector for (chunk_id, _), vector in first}, found.space
 
 
 def _vectors(found: Found) -> dict[str, Sequence[float]]:
@@ -232,7 +276,7 @@ class HybridSearch(CandidateSource):
         """The vector leg as ids and distances of a wider pool; its first ``k`` are fused."""
         width = max(k, SURVEY_WIDTH)
         started = yield Beside(self.keyword(query, k, params))
-        found = yield from search_ids(query, width, params.filter, params.where_document, self.held)
+        found, vectors, space = yield from _surveyed(query, width, k, params, self.held)
         keyword: list[tuple[str, float]] = yield started
         distances, bound = _survey_of(found)
         vector = list(dict.fromkeys(chunk_id for chunk_id, _ in found))[:k]
@@ -248,7 +292,9 @@ class HybridSearch(CandidateSource):
             )
             for item in fused
         ]
-        return Survey(hits, distances, bound, fused=True, held=self.held())
+        return Survey(
+            hits, distances, bound, fused=True, held=self.held(), vectors=vectors, space=space
+        )
 
     def find(
         self, query: str, k: int, params: Params, *, embeddings: bool, defer: bool = False

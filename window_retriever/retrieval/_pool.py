@@ -83,9 +83,9 @@ def nothing_held() -> Held | None:
 class Survey:
     """A lean search for adaptive selection: hits known by id, and a wider pool's distances.
 
-    No text, metadata or vector comes back; each hit's position is read from its id
-    (``file_id:chunk_index``), and the strategy reads the hits it can use, with their
-    neighbours, in one fetch.
+    No text or metadata comes back (nor any vector but the hits', for diversity); each hit's
+    position is read from its id (``file_id:chunk_index``), and the strategy reads the hits
+    it can use, with their neighbours, in one fetch.
     """
 
     hits: list[Hit]
@@ -100,6 +100,11 @@ class Survey:
     held: Held | None = None
     """The keyword index the hybrid search read (its lengths and metadata), or ``None``:
     with it, adaptive selection chooses among stand-ins before the read (``_stand_ins``)."""
+    vectors: dict[str, Sequence[float]] = field(default_factory=dict)
+    """With ``diversity`` only: the stored vectors of the vector leg's hits, by id (what
+    diversity compares); empty otherwise."""
+    space: Space | None = None
+    """With ``diversity`` only: the store's distance space (its discount is in its units)."""
 
     def distance(self, chunk_id: str) -> float:
         """A chunk's distance to the query: its own in the pool, else the pool's bound."""

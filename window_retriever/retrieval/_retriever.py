@@ -151,10 +151,10 @@ class ContextWindowRetriever(BaseRetriever):
     diversity: float = Field(default=0.0, strict=True)
     """Adaptive only: maximal marginal relevance between windows, 0 (off, the default) to 1.
     A hit that would open a new window loses ``diversity`` times its highest cosine
-    similarity to the chunks already chosen (their stored embeddings), so a near-copy of a
-    chosen window gives way to a hit on another topic; 1 weighs relevance and redundancy
-    equally (classic MMR with lambda 0.5). Static expansion ignores it. With it, the store
-    returns vectors and each neighbour is measured by its own (not by the search's pool)."""
+    similarity to the hits the chosen windows hold (their stored embeddings), so a near-copy
+    of a chosen window gives way to a hit on another topic; 1 weighs relevance and redundancy
+    equally (classic MMR with lambda 0.5). Static expansion ignores it. With it, the search
+    also returns the hits' vectors (no neighbour's: neighbours are measured as without it)."""
 
     mode: Mode = "both"
     """Which way windows grow: ``"both"`` (after, before, after, ...), ``"next"`` or ``"prev"``."""

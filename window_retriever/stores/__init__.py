@@ -2,10 +2,10 @@
 
 The public names a store's implementer needs are here: :class:`WindowStore` (and
 :class:`AsyncWindowStore` for a store that can wait without a thread), the requests the
-retriever sends (:class:`Search`, :class:`SearchIds`, :class:`Fetch`) and what comes back
-(:class:`Found`, ``IdHits``), :class:`Held` with ``Indexed`` (what a process holds beside
-the store), :class:`Record` for writes, and the two stores
-the library ships (:class:`ChromaWindowStore`, :class:`MemoryWindowStore`). Beside them, the
+retriever sends (:class:`Search`, :class:`SearchIds`, :class:`SearchVectors`, :class:`Fetch`)
+and what comes back (:class:`Found`, ``IdHits``, :class:`VectorHits`), :class:`Held` with
+``Indexed`` (what a process holds beside the store), :class:`Record` for writes, and the two
+stores the library ships (:class:`ChromaWindowStore`, :class:`MemoryWindowStore`). Beside them, the
 keyword index of a Chroma collection: :func:`keyword_index` (the process's shared
 :class:`KeywordIndex`), :func:`invalidate_keywords` and :func:`reindex_keywords` (for
 writers outside the library).
@@ -33,7 +33,9 @@ if TYPE_CHECKING:
         Record,
         Search,
         SearchIds,
+        SearchVectors,
         Space,
+        VectorHits,
         Where,
         WindowStore,
     )
@@ -51,7 +53,9 @@ _WHERE = {
     "Record": "window_retriever.stores._protocol",
     "Search": "window_retriever.stores._protocol",
     "SearchIds": "window_retriever.stores._protocol",
+    "SearchVectors": "window_retriever.stores._protocol",
     "Space": "window_retriever.stores._protocol",
+    "VectorHits": "window_retriever.stores._protocol",
     "Where": "window_retriever.stores._protocol",
     "WindowStore": "window_retriever.stores._protocol",
     "invalidate_keywords": "window_retriever.stores._chroma_keywords",
@@ -89,7 +93,9 @@ __all__ = [
     "Record",
     "Search",
     "SearchIds",
+    "SearchVectors",
     "Space",
+    "VectorHits",
     "Where",
     "WindowStore",
     "invalidate_keywords",

@@ -30,7 +30,9 @@ from window_retriever.stores._protocol import (
     Record,
     Search,
     SearchIds,
+    SearchVectors,
     Space,
+    VectorHits,
     Where,
     WindowStore,
     in_thread,
@@ -96,19 +98,28 @@ class ChromaWindowStore(WindowStore, AsyncWindowStore):
         longer holds; the search then runs under the filter, and the index is told to stop
         passing ids until it is built again (``KeywordIndex.distrust``).
         """
+        result = self._lean_query(request)
+        return _id_hits(result) if result is not None else []
+
+    def search_vectors(self, request: SearchVectors) -> VectorHits:
+        """``search_ids`` with each hit's stored vector (``include=["embeddings"]``)."""
+        result = self._lean_query(request)
+        return _vector_hits(result, self.space())
+
+    def _lean_query(self, request: SearchIds | SearchVectors) -> Any | None:
+        """Chroma's answer to a search without texts; ``None`` where the filter passes none."""
         vector = self._query_vector(request.query)
         if request.ids is not None and not request.ids:
-            return []  # the filter passes no chunk
+            return None  # the filter passes no chunk
         query = self.vectorstore._collection.query
         with store_errors(self.vectorstore):
             try:
-                result = query(**_ids_query_arguments(request, vector, among=True))
+                return query(**_ids_query_arguments(request, vector, among=True))
             except Exception as error:
                 if request.ids is None or not _refused(error):
                     raise
                 self._distrust()  # an id deleted since the index was built: Chroma decides
-                result = query(**_ids_query_arguments(request, vector, among=False))
-        return list(zip(result["ids"][0], map(float, result["distances"][0]), strict=True))
+                return query(**_ids_query_arguments(request, vector, among=False))
 
     def keyword_search(
         self, query: str, k: int, where: Where | None, where_document: Where | None
@@ -181,20 +192,32 @@ class ChromaWindowStore(WindowStore, AsyncWindowStore):
 
     async def asearch_ids(self, request: SearchIds) -> IdHits:
         """``search_ids`` over async HTTP on a server; in a thread otherwise."""
-        server = self._server()
-        if server is None:
+        if self._server() is None:
             return await in_thread(self.search_ids, request)
+        result = await self._alean_query(request)
+        return _id_hits(result) if result is not None else []
+
+    async def asearch_vectors(self, request: SearchVectors) -> VectorHits:
+        """``search_vectors`` over async HTTP on a server; in a thread otherwise."""
+        if self._server() is None:
+            return await in_thread(self.search_vectors, request)
+        result = self._lean_query(request)
+        return _vector_hits(result, self.space())
+
+    async def _alean_query(self, request: SearchIds | SearchVectors) -> Any | None:
+        """:meth:`_lean_query` over async HTTP on a server."""
+        server = self._server()
+        assert server is not None  # noqa: S101 - the callers checked
         vector = await self._embedder().aembed_query(request.query)
         if request.ids is not None and not request.ids:
-            return []
+            return None
         try:
-            result = await server.call("query", _ids_query_arguments(request, vector, among=True))
+            return await server.call("query", _ids_query_arguments(request, vector, among=True))
         except Exception as error:
             if request.ids is None or not _refused(error):
                 raise
             self._distrust()
-            result = await server.call("query", _ids_query_arguments(request, vector, among=False))
-        return list(zip(result["ids"][0], map(float, result["distances"][0]), strict=True))
+            return await server.call("query", _ids_query_arguments(request, vector, among=False))
 
     # ---- writes ----------------------------------------------------------------------------
 
@@ -387,7 +410,7 @@ def _exactly(record: Record, stored: Mapping[str, Any] | None) -> Record:
     return replace(record, metadata=metadata)
 
 
-def _filters(request: Search | SearchIds | Fetch) -> dict[str, Any]:
+def _filters(request: Search | SearchIds | SearchVectors | Fetch) -> dict[str, Any]:
     return {
         "where": dict(request.where) if request.where is not None else None,
         "where_document": dict(request.where_document) if request.where_document else None,
@@ -412,18 +435,29 @@ def _refused(error: BaseException) -> bool:
 
 
 def _ids_query_arguments(
-    request: SearchIds, vector: Sequence[float], *, among: bool
+    request: SearchIds | SearchVectors, vector: Sequence[float], *, among: bool
 ) -> dict[str, Any]:
     """The query of ``request``; ``among`` its ids in place of its filter, where it has them."""
     filters = _filters(request)
     if among and request.ids is not None:
         filters = {**filters, "ids": list(request.ids), "where": None}
+    embeddings = ["embeddings"] if isinstance(request, SearchVectors) else []
     return {
         "query_embeddings": [list(vector)],
         "n_results": request.k,
         **filters,
-        "include": ["distances"],
+        "include": ["distances", *embeddings],
     }
+
+
+def _id_hits(result: Any) -> IdHits:
+    return list(zip(result["ids"][0], map(float, result["distances"][0]), strict=True))
+
+
+def _vector_hits(result: Any | None, space: Space) -> VectorHits:
+    if result is None:
+        return VectorHits([], [], space)
+    return VectorHits(_id_hits(result), list(result["embeddings"][0]), space)
 
 
 def _get_arguments(request: Fetch) -> dict[str, Any]:

@@ -3,9 +3,9 @@
 A store is a subclass of :class:`WindowStore` (sync), and optionally of
 :class:`AsyncWindowStore` (its async twin, for a store that can wait without a thread), as
 httpx's ``BaseTransport`` / ``AsyncBaseTransport``. The retriever speaks to it only through
-request objects (:class:`Search`, :class:`SearchIds`, :class:`Fetch`) run by :func:`execute`
-and :func:`aexecute`, so its sync and async paths share one body. Ingestion speaks to it
-through the write methods. ``window_retriever.ChromaWindowStore`` and
+request objects (:class:`Search`, :class:`SearchIds`, :class:`SearchVectors`, :class:`Fetch`)
+run by :func:`execute` and :func:`aexecute`, so its sync and async paths share one body.
+Ingestion speaks to it through the write methods. ``window_retriever.ChromaWindowStore`` and
 ``window_retriever.MemoryWindowStore`` implement both; the same behavioural tests run
 against each (``tests/unit/test_store_contract.py``).
 
@@ -28,7 +28,8 @@ The rules every store keeps (the retriever and ingestion rely on them):
    filter again to every chunk it reads.
 4. **Missing ids are simply absent** from a fetch or a read by ids: no error, no placeholder.
 5. **Embeddings come back when asked, and only then**: a request with ``embeddings=True`` gets
-   one stored vector per document (and a search the query's vector); otherwise
+   one stored vector per document (and a search the query's vector), a
+   :class:`SearchVectors` one per hit; otherwise
    :attr:`Found.embeddings` is empty. A search with ``query_embedding=True`` gets the query's
    vector alone, from a store with ``supports_query_embedding = True`` (any other is sent
    ``embeddings=True`` instead). A store that holds no vectors says so with
@@ -102,6 +103,25 @@ class SearchIds:
 
 
 @dataclass(frozen=True, slots=True)
+class SearchVectors:
+    """A :class:`SearchIds` whose answer carries each hit's stored vector too.
+
+    What diversity between windows compares (the hits' vectors), beside the distances a lean
+    search gives, with no text and no metadata. Only a store with ``supports_embeddings =
+    True`` is asked; the default :meth:`WindowStore.search_vectors` runs a full
+    :meth:`WindowStore.search` with ``embeddings=True`` and keeps the ids, distances and
+    vectors.
+    """
+
+    query: str
+    k: int
+    where: Where | None = None
+    where_document: Where | None = None
+    ids: Sequence[str] | None = None
+    """As :attr:`SearchIds.ids`."""
+
+
+@dataclass(frozen=True, slots=True)
 class Fetch:
     """A batched fetch of chunks by id, filtered by the store itself (rule 3)."""
 
@@ -112,7 +132,7 @@ class Fetch:
     """Also return every chunk's stored embedding (rule 5)."""
 
 
-Request = Search | SearchIds | Fetch
+Request = Search | SearchIds | SearchVectors | Fetch
 IdHits = list[tuple[str, float]]
 """The answer to a :class:`SearchIds`: ``(id, distance)`` pairs, best first."""
 
@@ -141,7 +161,19 @@ class Found:
         return list(zip(self.documents, self.distances, strict=True))
 
 
-Response = Found | IdHits
+@dataclass(frozen=True, slots=True)
+class VectorHits:
+    """The answer to a :class:`SearchVectors`: ids and distances, best first, with vectors."""
+
+    hits: IdHits
+    """``(id, distance)`` pairs, best first, as a :class:`SearchIds` answers."""
+    vectors: Sequence[Sequence[float]]
+    """One stored vector per hit, in the same order."""
+    space: Space = "l2"
+    """The distance the store ranks by (as :attr:`Found.space`)."""
+
+
+Response = Found | IdHits | VectorHits
 
 Indexed = Mapping[str, tuple[int, Mapping[str, Any]]]
 """Chunk id -> (text length in characters, metadata): what :meth:`Held.indexed` answers."""
@@ -238,6 +270,15 @@ class WindowStore(ABC):
         again to every chunk it reads.
         """
         raise NotImplementedError(_lacks(self, "search_ids"))
+
+    def search_vectors(self, request: SearchVectors) -> VectorHits:
+        """``(id, distance)`` pairs, best first, with each hit's vector (``supports_embeddings``).
+
+        The default runs :meth:`search` with ``embeddings=True`` (``request.ids`` ignored); a
+        store that can leave the texts and metadata out does better.
+        """
+        found = self.search(_full_search(request))
+        return _vector_hits(found)
 
     def keyword_search(
         self, query: str, k: int, where: Where | None, where_document: Where | None
@@ -353,6 +394,21 @@ class AsyncWindowStore(ABC):
         """:meth:`WindowStore.search_ids`, awaited (only if ``supports_search_ids``)."""
         raise NotImplementedError(_lacks(self, "asearch_ids"))
 
+    async def asearch_vectors(self, request: SearchVectors) -> VectorHits:
+        """:meth:`WindowStore.search_vectors`, awaited; by default :meth:`asearch`'s answer."""
+        found = await self.asearch(_full_search(request))
+        return _vector_hits(found)
+
+
+def _full_search(request: SearchVectors) -> Search:
+    """The full search that answers ``request`` where a store has nothing leaner."""
+    return Search(request.query, request.k, request.where, request.where_document, embeddings=True)
+
+
+def _vector_hits(found: Found) -> VectorHits:
+    hits = [(document.id or "", distance) for document, distance in found.pairs()]
+    return VectorHits(hits, list(found.embeddings), found.space)
+
 
 def _lacks(store: object, method: str) -> str:
     return f"{type(store).__name__} does not implement {method}"
@@ -360,6 +416,8 @@ def _lacks(store: object, method: str) -> str:
 
 @overload
 def execute(store: WindowStore, request: SearchIds) -> IdHits: ...
+@overload
+def execute(store: WindowStore, request: SearchVectors) -> VectorHits: ...
 @overload
 def execute(store: WindowStore, request: Search | Fetch) -> Found: ...
 @overload
@@ -369,6 +427,8 @@ def execute(store: WindowStore, request: Request) -> Response:
     request = _check(store, request)
     if isinstance(request, SearchIds):
         return store.search_ids(request)
+    if isinstance(request, SearchVectors):
+        return store.search_vectors(request)
     if isinstance(request, Search):
         return store.search(request)
     return store.fetch(request)
@@ -376,6 +436,8 @@ def execute(store: WindowStore, request: Request) -> Response:
 
 @overload
 async def aexecute(store: WindowStore, request: SearchIds) -> IdHits: ...
+@overload
+async def aexecute(store: WindowStore, request: SearchVectors) -> VectorHits: ...
 @overload
 async def aexecute(store: WindowStore, request: Search | Fetch) -> Found: ...
 @overload
@@ -391,6 +453,8 @@ async def aexecute(store: WindowStore, request: Request) -> Response:
     request = _check(store, request)
     if isinstance(request, SearchIds):
         return await store.asearch_ids(request)
+    if isinstance(request, SearchVectors):
+        return await store.asearch_vectors(request)
     if isinstance(request, Search):
         return await store.asearch(request)
     return await store.afetch(request)
@@ -415,7 +479,11 @@ def _check(store: WindowStore, request: Request) -> Request:
         and not store.supports_query_embedding
     ):
         request = replace(request, embeddings=True)  # the query's vector comes with them
-    measures = request.embeddings or (isinstance(request, Search) and request.query_embedding)
+    measures = (
+        isinstance(request, SearchVectors)
+        or request.embeddings
+        or (isinstance(request, Search) and request.query_embedding)
+    )
     if measures and not store.supports_embeddings:
         msg = (
             f"expansion='adaptive' needs a store that returns embeddings; "
