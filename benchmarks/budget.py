@@ -122,6 +122,10 @@ def run_set(name: str, args: argparse.Namespace) -> dict[str, Any]:
         "chunks": chunks,
         "chunk_size": size,
         "chunk_overlap": overlap,
+        # in question order: runs at other chunk sizes compare question by question
+        "coverage_by_question": {
+            key: [score.coverage for score in scores] for key, scores in report.per_question.items()
+        },
     }
     if args.versus:
         result["versus"] = versus(report.per_question, args.versus, args.budgets)
