@@ -440,3 +440,38 @@ def _where_hits(store: Chroma, question: str, where: dict[str, Any], k: int) -> 
         include=["distances"],
     )
     return found["ids"][0]
+
+
+def test_diversity_on_a_server_reads_the_hits_vectors_with_the_search_only(
+    chroma_server: str,
+) -> None:
+    """``SearchVectors`` over async HTTP: the same windows as the sync path, no vector fetched."""
+    store = open_store(
+        url=chroma_server,
+        collection=unique("diverse"),
+        create=True,
+        embeddings=DeterministicFakeEmbedding(size=32),
+        environ={},
+    )
+    fill(store)
+    retriever = ContextWindowRetriever(
+        vectorstore=store, total_budget=1200, diversity=0.3, candidates="vector"
+    )
+    expected = retriever.invoke("topic2 word5")
+    assert expected
+    adapter = retriever._store()
+    assert isinstance(adapter, ChromaWindowStore) and adapter._server() is not None
+    sent: list[tuple[str, dict[str, Any]]] = []
+    server = adapter._server()
+    call = server.call
+
+    async def spy(method: str, arguments: dict[str, Any]) -> Any:
+        sent.append((method, arguments))
+        return await call(method, arguments)
+
+    server.call = spy  # type: ignore[method-assign]
+    assert asyncio.run(retriever.ainvoke("topic2 word5")) == expected
+    queries = [arguments for method, arguments in sent if method == "query"]
+    fetches = [arguments for method, arguments in sent if method == "get"]
+    assert [q["include"] for q in queries] == [["distances", "embeddings"]]
+    assert fetches and all("embeddings" not in f["include"] for f in fetches)

@@ -201,7 +201,7 @@ class ChromaWindowStore(WindowStore, AsyncWindowStore):
         """``search_vectors`` over async HTTP on a server; in a thread otherwise."""
         if self._server() is None:
             return await in_thread(self.search_vectors, request)
-        result = self._lean_query(request)
+        result = await self._alean_query(request)
         return _vector_hits(result, self.space())
 
     async def _alean_query(self, request: SearchIds | SearchVectors) -> Any | None:
