@@ -14,7 +14,8 @@ and the catch-up runs on the index's background thread while they go on. Reporte
 - each step of the catch-up (the change feed, the records read, the rows merged and saved,
   the engine updated, the saved files' checksums), its seconds and the longest the
   interpreter lock kept a third thread (which wakes every millisecond) from running;
-- the queries' latencies while the catch-up ran, and after it.
+- the queries' latencies while the catch-up ran, and after it; when the added chunks were
+  first found by a keyword search (``found_after_seconds``), and when the catch-up ended.
 
 The added chunks are left in the store (tenant ``added-beside-<time>``): deleting 1,000
 records of a 1M embedded collection and ending the process at once left Chroma 1.5.9's
@@ -48,6 +49,9 @@ from window_retriever.stores import keyword_index
 from window_retriever.stores._chroma_keywords import ChromaKeywordSource
 
 QUERY = "how do I configure the socket timeout"
+
+WORD = "zymurgyword"
+"""The word only the added chunks hold."""
 
 WRITER = """
 import sys
@@ -126,11 +130,15 @@ def main() -> None:
             gaps.append((last, now - last))
             last = now
 
+    found: list[float] = []
+
     def ask() -> None:
         while not stop.is_set():
             began = time.perf_counter()
             retriever.invoke(QUERY)
             queries.append((began, time.perf_counter() - began))
+            if not found and index.search(WORD, k=1):  # the added chunks searchable
+                found.append(time.perf_counter())
             time.sleep(0.05)
 
     threading.Thread(target=beat, daemon=True).start()
@@ -152,6 +160,7 @@ def main() -> None:
     stop.set()
     row |= {"catch_ups": index.catch_ups, "builds": index.builds}
     row["caught_up_after_seconds"] = done - written
+    row["found_after_seconds"] = found[0] - written if found else None
     steps = {}
     for _, name, label in STEPS:
         calls = [(a, b) for called, a, b in log if called == name and a >= written]

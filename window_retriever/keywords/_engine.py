@@ -545,7 +545,7 @@ def _intact(folder: Path, files: Any) -> bool:
         and stamped == stamps(folder)
     ):
         return True
-    return files == checksums(folder)
+    return bool(files == checksums(folder))
 
 
 def checksums(folder: Path, known: Mapping[str, list[int]] | None = None) -> dict[str, list[int]]:
