@@ -50,8 +50,13 @@ from window_retriever.stores._chroma_keywords import ChromaKeywordSource
 
 QUERY = "how do I configure the socket timeout"
 
-WORD = "zymurgyword"
-"""The word only the added chunks hold."""
+
+def word() -> str:
+    """A word of letters no chunk holds, new each run (the chunks of earlier runs stay)."""
+    import random
+
+    return "zymurgy" + "".join(random.choices("bcdfghjklmnpqrstvwxz", k=12))
+
 
 WRITER = """
 import sys
@@ -60,10 +65,10 @@ from langchain_chroma import Chroma
 from langchain_core.documents import Document
 from langchain_core.embeddings import DeterministicFakeEmbedding
 from window_retriever import WindowSplitter, add_chunks
-path, name, added, tenant = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+path, name, added, tenant, word = sys.argv[1], sys.argv[2], int(sys.argv[3]), *sys.argv[4:]
 store = Chroma(collection_name=name, client=chromadb.PersistentClient(path=path),
                embedding_function=DeterministicFakeEmbedding(size=64))
-pages = [Document(f"Added note {n}: the zymurgyword setting is documented here, part {n}.",
+pages = [Document(f"Added note {n}: the {word} setting is documented here, part {n}.",
                   metadata={"source": f"{tenant}-{n}", "tenant": tenant}) for n in range(added)]
 add_chunks(store, WindowSplitter().split_documents(pages))
 """
@@ -131,13 +136,14 @@ def main() -> None:
             last = now
 
     found: list[float] = []
+    added = word()
 
     def ask() -> None:
         while not stop.is_set():
             began = time.perf_counter()
             retriever.invoke(QUERY)
             queries.append((began, time.perf_counter() - began))
-            if not found and index.search(WORD, k=1):  # the added chunks searchable
+            if not found and index.search(added, k=1):  # the added chunks searchable
                 found.append(time.perf_counter())
             time.sleep(0.05)
 
@@ -145,7 +151,7 @@ def main() -> None:
     tenant = f"added-beside-{int(time.time())}"
     began = time.perf_counter()
     script = [sys.executable, "-c", textwrap.dedent(WRITER), str(args.store)]
-    script += [args.collection, str(args.added), tenant]
+    script += [args.collection, str(args.added), tenant, added]
     subprocess.run(script, check=True)  # noqa: S603 - this interpreter, our own script
     written = time.perf_counter()
     row["write_seconds"] = written - began

@@ -139,3 +139,37 @@ def test_an_engine_that_deleted_a_quarter_of_its_rows_is_indexed_anew(tmp_path: 
     assert index._snapshot.deleted <= len(index._snapshot.rows) * lifecycle._DELETED_SHARE
     assert index.catch_ups == 3
     assert 0 < index.engine_deletes < rewrites  # in place, then indexed anew once
+
+
+def test_a_catch_up_is_searched_while_its_rows_are_saved(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Saving every row is a third of a catch-up at a million chunks (1.3 s of 3): searches
+    answer from the updated index while it is written, not from the old one."""
+    from window_retriever.keywords._rows import Rows
+
+    rng = random.Random(11)
+    store = Chroma(
+        collection_name="in-place-served",
+        client=chromadb.PersistentClient(path=str(tmp_path / "db")),
+        embedding_function=DeterministicFakeEmbedding(size=8),
+    )
+    add_chunks(store, split([page(rng, f"p{i}") for i in range(20)]))
+    index = KeywordIndex(ChromaKeywordSource(store), check_interval=0, reconcile_interval=None)
+    assert not matches(index)[-1]  # no chunk holds "pangolin" yet
+    meanwhile: list[set[str]] = []
+    save = Rows.save
+
+    def saving(rows: Rows, folder: Path) -> None:
+        meanwhile.append(matches_of(index._snapshot)[-1])  # what a search answers now
+        save(rows, folder)
+
+    monkeypatch.setattr(Rows, "save", saving)
+    add_chunks(store, split([page(rng, "n1", " pangolin")]))
+
+    after = matches(index)
+
+    assert index.catch_ups == 1 and index.builds == 1
+    assert after[-1] and meanwhile == [after[-1]]
+    other = KeywordIndex(ChromaKeywordSource(store), reconcile_interval=None)
+    assert matches(other) == after and (other.loads, other.builds) == (1, 0)

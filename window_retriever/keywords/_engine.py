@@ -18,7 +18,7 @@ import threading
 import time
 import uuid
 import zlib
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -291,6 +291,7 @@ def updated(
     directory: Path | None,
     unsettled: Unsettled | None = None,
     deleted: int = 0,
+    serve: Callable[[Built], None] | None = None,
 ) -> Built | None:
     """``engine`` with slots ``removed`` deleted and rows ``added`` of ``rows`` added.
 
@@ -304,6 +305,10 @@ def updated(
     never written); one in memory is updated in place (the held snapshot's searcher keeps
     seeing its own state). None, and the caller builds, where that cannot be done (a folder
     that cannot be linked, one saved that is to be held in memory or the reverse).
+
+    ``serve``: given the updated index before it is saved (its rows in memory, its engine in
+    the new folder), so that searches see the change while every row is written (1.3 s at a
+    million chunks); the saved index returned replaces it.
     """
     tantivy = _tantivy()
     unsettled = dict(unsettled or {})
@@ -335,6 +340,8 @@ def updated(
     indexed = int(np.count_nonzero(np.diff(rows.words.ends, prepend=0)))
     deleted += len(removed)
     if temporary is not None and target is not None:
+        if serve is not None and indexed:
+            serve(Built(fingerprint, rows, Engine(index, rows), unsettled, deleted=deleted))
         known = {name: files[name] for name in _linked(engine.path, temporary, files)}
         return _saved(temporary, target, fingerprint, rows, indexed, unsettled, known, deleted)
     fresh = Engine(index, rows) if indexed else None

@@ -587,6 +587,7 @@ class KeptIndex:
                 self.directory,
                 unsettled,
                 held.deleted,
+                serve=self._serve,
             )
             if built is not None:
                 self.engine_deletes += len(removed)
@@ -594,6 +595,15 @@ class KeptIndex:
                 return _Snapshot.of(built)
         merged = rows.merged(kept, added)
         return _Snapshot.of(build(fingerprint, merged, self.directory, unsettled))
+
+    def _serve(self, built: Built) -> None:
+        """Answer searches from ``built`` while it is saved (under the lock, in a refresh).
+
+        Not where the held snapshot is marked changed (a check still compares it); never
+        saved itself: the saved one replaces it when its save ends.
+        """
+        if self._stale is None:
+            self._snapshot = _Snapshot.of(built)
 
     def _unsettled(self, held: Unsettled, started: float) -> Unsettled:
         """The pending writes to read again, from the feed.
