@@ -156,8 +156,16 @@ while True:
     time.sleep(0.1)
 """
 
-WORD = "zymurgyword"
-"""The word only the added chunks hold."""
+
+def new_word() -> str:
+    """A word of letters that only the added chunks hold, new each run.
+
+    A kept store keeps what other scripts added (``catch_up_beside.py`` leaves its chunks).
+    """
+    import random
+
+    return "zymurgy" + "".join(random.choices("bcdfghjklmnpqrstvwxz", k=12))
+
 
 ADDED_TENANT = "added-by-lifecycle"
 """The added chunks' tenant, no other chunk's: they are deleted by it after the run."""
@@ -193,7 +201,8 @@ def another_writer(
     ``config["static_only"]``, the control: the same write beside a static-windows reader,
     which never finds the chunks (no keyword leg) and is watched as long as the first took.
     """
-    reader = child(READER, {**config, "word": WORD}, env)
+    word = new_word()
+    reader = child(READER, {**config, "word": word}, env)
     if reader.stdout is None or not json.loads(reader.stdout.readline()).get("ready"):
         raise SystemExit("the reader process did not start")
     control = bool(config.get("static_only"))
@@ -201,7 +210,7 @@ def another_writer(
         time.sleep(1.0)
         pages = [
             Document(
-                f"Added note {n}{tag}: the {WORD} setting is documented here, part {n}.",
+                f"Added note {n}{tag}: the {word} setting is documented here, part {n}.",
                 metadata={"source": f"added-{n}{tag}", "tenant": ADDED_TENANT},
             )
             for n in range(added)
