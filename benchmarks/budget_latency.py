@@ -26,28 +26,16 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import chromadb
 from budget import SETS, load_set
-from langchain_text_splitters import RecursiveCharacterTextSplitter
-from locomo import build_store
+from budget_questions import dev_store
 
-from window_retriever import WindowSplitter
-from window_retriever.evaluation import make_retrieve, parse_configs, read_questions
+from window_retriever.evaluation import make_retrieve, parse_configs
 
 
 def run_set(name: str, args: argparse.Namespace) -> dict[str, dict[str, float]]:
     """The two configurations' median latencies (ms) and their ratio, by budget."""
     documents, rows, (size, overlap) = load_set(name)
-    cache = Path(args.cache)
-    cache.mkdir(parents=True, exist_ok=True)
-    questions_file = cache / f"{name}-questions.jsonl"
-    questions_file.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
-    questions, _ = read_questions(questions_file)
-    splitter = WindowSplitter(
-        RecursiveCharacterTextSplitter(chunk_size=size, chunk_overlap=overlap, add_start_index=True)
-    )
-    client = chromadb.PersistentClient(path=str(cache))
-    store, _ = build_store(client, f"{name}-{size}-{overlap}", documents, splitter)
+    questions, store = dev_store(name, documents, rows, (size, overlap), Path(args.cache))
     configs = parse_configs(args.configs)
     if len(configs) != 2:
         sys.exit("--configs takes two configurations: a baseline and the one to time against it")

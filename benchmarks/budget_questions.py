@@ -39,11 +39,15 @@ from window_retriever.evaluation import (
 SEARCHED = 20
 
 
-def run_set(name: str, args: argparse.Namespace) -> list[dict[str, Any]]:
-    """One record per question of one dev set."""
-    documents, rows, (size, overlap) = load_set(name)
-    lengths = {d.metadata["source"]: len(d.page_content) for d in documents}
-    cache = Path(args.cache)
+def dev_store(
+    name: str,
+    documents: list[Any],
+    rows: list[dict[str, Any]],
+    chunking: tuple[int, int],
+    cache: Path,
+) -> tuple[list[Any], Any]:
+    """One dev set's questions and its store under ``cache`` (built once, then reused)."""
+    size, overlap = chunking
     cache.mkdir(parents=True, exist_ok=True)
     questions_file = cache / f"{name}-questions.jsonl"
     questions_file.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
@@ -53,6 +57,14 @@ def run_set(name: str, args: argparse.Namespace) -> list[dict[str, Any]]:
     )
     client = chromadb.PersistentClient(path=str(cache))
     store, _ = build_store(client, f"{name}-{size}-{overlap}", documents, splitter)
+    return questions, store
+
+
+def run_set(name: str, args: argparse.Namespace) -> list[dict[str, Any]]:
+    """One record per question of one dev set."""
+    documents, rows, (size, overlap) = load_set(name)
+    lengths = {d.metadata["source"]: len(d.page_content) for d in documents}
+    questions, store = dev_store(name, documents, rows, (size, overlap), Path(args.cache))
     configs = {c.name: make_retrieve(c, store) for c in parse_configs(args.configs)}
     records = []
     for question in questions:
