@@ -51,7 +51,9 @@ class ContextWindowRetriever(BaseRetriever):
     neighbours compete for that budget by their similarity to the query, so windows grow
     where the neighbours are relevant and stay one chunk where they are not; with
     ``"static"`` each hit grows blindly up to ``window_budget`` while the total lasts. Either
-    way it costs exactly one search and one neighbour fetch.
+    way it costs one search and one neighbour fetch; the keyword index adds a cheap check of
+    the collection (one call) to a query that comes a ``check_interval`` (1 s) after the
+    last, a count every 30 of them, and the catch-up of a write it finds (docs/scaling.md).
 
     Without ``total_budget`` each hit grows outward, one neighbouring chunk at a time, while
     the window stays within ``window_budget``, and exactly ``k`` documents come back (fewer
