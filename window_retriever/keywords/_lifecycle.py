@@ -599,11 +599,9 @@ class KeptIndex:
     def _serve(self, built: Built) -> None:
         """Answer searches from ``built`` while it is saved (under the lock, in a refresh).
 
-        Not where the held snapshot is marked changed (a check still compares it); never
-        saved itself: the saved one replaces it when its save ends.
+        Never saved itself: the saved one replaces it when its save ends.
         """
-        if self._stale is None:
-            self._snapshot = _Snapshot.of(built)
+        self._snapshot = _Snapshot.of(built)
 
     def _unsettled(self, held: Unsettled, started: float) -> Unsettled:
         """The pending writes to read again, from the feed.
