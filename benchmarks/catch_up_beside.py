@@ -40,6 +40,7 @@ from typing import Any
 import chromadb
 from langchain_chroma import Chroma
 from langchain_core.embeddings import DeterministicFakeEmbedding
+from lifecycle import new_word
 
 import window_retriever.keywords._engine as engine
 import window_retriever.keywords._lifecycle as lifecycle
@@ -51,19 +52,13 @@ from window_retriever.stores._chroma_keywords import ChromaKeywordSource
 QUERY = "how do I configure the socket timeout"
 
 
-def word() -> str:
-    """A word of letters no chunk holds, new each run (the chunks of earlier runs stay)."""
-    import random
-
-    return "zymurgy" + "".join(random.choices("bcdfghjklmnpqrstvwxz", k=12))
-
-
 WRITER = """
 import sys
 import chromadb
 from langchain_chroma import Chroma
 from langchain_core.documents import Document
 from langchain_core.embeddings import DeterministicFakeEmbedding
+from lifecycle import new_word
 from window_retriever import WindowSplitter, add_chunks
 path, name, added, tenant, word = sys.argv[1], sys.argv[2], int(sys.argv[3]), *sys.argv[4:]
 store = Chroma(collection_name=name, client=chromadb.PersistentClient(path=path),
@@ -136,7 +131,7 @@ def main() -> None:
             last = now
 
     found: list[float] = []
-    added = word()
+    added = new_word()
 
     def ask() -> None:
         while not stop.is_set():
