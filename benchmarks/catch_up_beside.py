@@ -72,9 +72,9 @@ STEPS = [
     (ChromaKeywordSource, "changes", "the change feed read"),
     (ChromaKeywordSource, "records", "the changed records read"),
     (lifecycle, "add_records", "their words"),
-    (rows.Rows, "merged", "the rows merged (every row)"),
+    (rows.Rows, "changed", "the rows changed (a part added; joined while smaller)"),
     (lifecycle, "updated", "the engine updated and saved"),
-    (rows.Rows, "save", "... of which the rows saved (every row)"),
+    (rows.Rows, "save", "... of which the rows saved (parts held are linked)"),
     (engine, "checksums", "... of which the new files' checksums"),
     (lifecycle.KeptIndex, "_caught_up", "the whole catch-up"),
 ]

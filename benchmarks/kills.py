@@ -139,7 +139,7 @@ def differences(index: Any, collection: Any) -> int:
         return -1
     stored = collection.get(include=["documents", "metadatas"])
     rows = snapshot.rows
-    held = {rows.id(row): int(rows.digests[row]) for row in range(len(rows))}
+    held = {rows.id(row): rows.digest(row) for row in rows.live().tolist()}
     differ = 0
     for chunk_id, text, metadata in zip(
         stored["ids"], stored["documents"], stored["metadatas"], strict=True

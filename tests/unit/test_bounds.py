@@ -217,6 +217,12 @@ def disk_store(directory: Path) -> Chroma:
     )
 
 
+def row_file(saved: Path, name: str) -> Path:
+    """The saved rows' file ``name``: ``rows-0-N.<name>`` (an index built anew is one part)."""
+    (path,) = saved.glob(f"rows-*.{name}")
+    return path
+
+
 def overwrite(path: Path, pattern: bytes) -> None:
     """Rewrite the array's bytes in place, its header kept: another copy of the same size."""
     with path.open("r+b") as file:
@@ -281,12 +287,13 @@ def test_a_saved_file_changed_under_the_process_is_rebuilt_by_every_reader(
     keyword_index(store).search(QUESTION, 5)  # built and saved
     expected = read(store, ids)
     saved = tmp_path / FOLDER / str(store._collection.id)
-    assert orjson.loads((saved / "columns.json").read_bytes())["columns"][6]["key"] == "tenant"
+    described = orjson.loads(row_file(saved, "columns.json").read_bytes())
+    assert described["columns"][6]["key"] == "tenant"
     KeywordIndex._shared.clear()  # a process that loads it, and holds it, as the files change
     index = keyword_index(store)
     assert index.search("nothing", 1) == [] and index.loads == 1
 
-    overwrite(saved / name, pattern)
+    overwrite(row_file(saved, name), pattern)
     with caplog.at_level(logging.WARNING, logger="window_retriever"):
         found = read(store, ids)
 

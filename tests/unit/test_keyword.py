@@ -450,6 +450,12 @@ def test_a_saved_index_keeps_the_lengths_and_one_saved_in_another_format_is_rebu
     assert rebuilt.indexed(["doc:8"]) == {"doc:8": (len(OPTION), {"chunk_index": 8})}
 
 
+def row_file(saved: Path, name: str) -> Path:
+    """The saved rows' file ``name``: ``rows-0-N.<name>`` (an index built anew is one part)."""
+    (path,) = saved.glob(f"rows-*.{name}")
+    return path
+
+
 @pytest.mark.parametrize("damage", ["{not json", '{"columns": [], "wide": 5}', "null"])
 def test_a_damaged_saved_index_is_rebuilt(tmp_path: Path, damage: str) -> None:
     store = disk_store(tmp_path)
@@ -457,7 +463,7 @@ def test_a_damaged_saved_index_is_rebuilt(tmp_path: Path, damage: str) -> None:
     keyword_index(store).search("adapter", k=3)
     KeywordIndex._shared.clear()
     saved = tmp_path / FOLDER / str(store._collection.id)
-    (saved / "columns.json").write_text(damage)
+    row_file(saved, "columns.json").write_text(damage)
 
     index = keyword_index(store)
 
@@ -477,9 +483,10 @@ def test_saved_rows_that_disagree_in_length_are_rebuilt_even_with_their_checksum
     expected = keyword_index(store).search("max_retries", k=3)
     KeywordIndex._shared.clear()
     saved = tmp_path / FOLDER / str(store._collection.id)
-    array = np.load(saved / file)
-    (saved / file).unlink()
-    np.save(saved / file, array[:-1])
+    path = row_file(saved, file)
+    array = np.load(path)
+    path.unlink()
+    np.save(path, array[:-1])
     state = orjson.loads((saved / "state.json").read_bytes())
     (saved / "state.json").write_bytes(orjson.dumps({**state, "files": keyword.checksums(saved)}))
 
@@ -505,7 +512,7 @@ def _damaged(path: Path, how: str) -> None:
 
 ENGINE_FILES = [".term", ".idx", ".store", ".fast", ".fieldnorm", "meta.json"]
 ROW_FILES = ["ids.npy", "lengths.npy", "metadata.npy", "metadata-ends.npy", "words.npy"]
-ROW_FILES += ["words-ends.npy", "column-0.npy", "columns.json"]
+ROW_FILES += ["words-ends.npy", "column-0.npy", "columns.json", "rows.json", "rows.dead.npy"]
 
 
 @pytest.mark.parametrize("how", ["truncated", "one byte changed", "missing"])

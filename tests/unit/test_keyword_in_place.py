@@ -98,7 +98,14 @@ def test_a_catch_up_adds_and_deletes_only_the_changed_documents(
     assert after[-1] and not before[-1]  # the new word found
     assert matches_of(held) == before  # the old snapshot still answers as it did
     if kind == "disk":  # a new process loads the updated copy, exactly, by its stamps
+        import orjson
+
         import window_retriever.keywords._engine as engine
+
+        saved = index.directory / str(store._collection.id)
+        parts = orjson.loads((saved / "rows.json").read_bytes())["parts"]
+        new = held.rows.span + len(rewritten) + len(added)
+        assert parts == [[0, held.rows.span], [held.rows.span, new]]  # the rows held kept
 
         read: list[Path] = []
         checksums = engine.checksums
@@ -160,9 +167,9 @@ def test_a_catch_up_is_searched_while_its_rows_are_saved(
     meanwhile: list[set[str]] = []
     save = Rows.save
 
-    def saving(rows: Rows, folder: Path) -> None:
+    def saving(rows: Rows, folder: Path, beside: Path | None = None) -> None:
         meanwhile.append(matches_of(index._snapshot)[-1])  # what a search answers now
-        save(rows, folder)
+        save(rows, folder, beside)
 
     monkeypatch.setattr(Rows, "save", saving)
     add_chunks(store, split([page(rng, "n1", " pangolin")]))

@@ -29,10 +29,11 @@ from window_retriever.keywords._rows import Rows, RowsBuilder, digest
 
 logger = logging.getLogger("window_retriever.keywords._index")
 
-FORMAT = 6
+FORMAT = 7
 """The saved index's layout; another value (or other tokenizer settings) means rebuild (4: the
 rows as arrays, ``keywords._rows``; 5: each row's digest, and the writes not yet settled; 6:
-the engine keys its documents by slot, updated in place)."""
+the engine keys its documents by slot, updated in place; 7: the rows in parts, a catch-up's
+added beside those held)."""
 
 TOKENIZER = {"stopwords": "en", "stemmer": "english", "lower": True, "pattern": r"(?u)\b\w\w+\b"}
 ENGINE = {"name": "tantivy", "version": "0.27", "k1": 1.2, "b": 0.75}
@@ -58,7 +59,7 @@ recorded, the ids it writes). Their records are read again until they settle
 
 @dataclass(frozen=True, slots=True)
 class Built:
-    """One state of the collection, indexed: its rows in id order and the engine over them."""
+    """One state of the collection, indexed: its rows (by slot) and the engine over them."""
 
     fingerprint: Fingerprint
     rows: Rows
@@ -124,16 +125,15 @@ class Engine:
     """A tantivy index of the rows that hold a word, and its searcher.
 
     Two fields: ``words`` (the row's stems, ranked by tantivy's BM25: k1 1.2, b 0.75) and
-    ``slot`` (the row's slot, ``Rows.slots``: indexed, so a catch-up deletes by it, and a
-    fast field, read back as the row by ``Rows.by_slot``). ``path``: the folder it was
-    opened from, None in memory.
+    ``slot`` (the row's slot, ``keywords._rows.Rows``: indexed, so a catch-up deletes by
+    it, and a fast field, read back as the row). ``path``: the folder it was opened from,
+    None in memory.
     """
 
     def __init__(self, index: Any, rows: Rows, path: Path | None = None) -> None:
         self.index = index
         self.path = path
-        self.slots = rows.slots
-        self.by_slot = rows.by_slot()
+        self.rows = rows
         index.reload()  # the reader sees the last commit now, not after tantivy's delay
         self.searcher = index.searcher()
 
@@ -146,7 +146,7 @@ class Engine:
         return builder.build()
 
     def top(self, stems: list[str], k: int, mask: np.ndarray | None) -> list[tuple[int, float]]:
-        """The ``k`` best rows (``mask`` passes, if given) and their scores; ties by row.
+        """The ``k`` best rows (``mask`` passes, if given) and their scores; ties by id.
 
         Tantivy allocates for the hits it is asked for, so it is never asked for more than
         the documents it holds: any ``k`` costs what the index holds at most.
@@ -159,7 +159,7 @@ class Engine:
         if passing == 0:
             return []
         if mask is not None and passing is not None and passing <= _SMALL_FILTER:
-            slots = self.slots[np.flatnonzero(mask)].tolist()
+            slots = np.flatnonzero(mask).tolist()
             rows = tantivy.Query.term_set_query(schema, "slot", slots)
             within = tantivy.Query.const_score_query(rows, 0.0)  # adds nothing to the score
             query = tantivy.Query.boolean_query(
@@ -171,14 +171,14 @@ class Engine:
             return []
         limit = min(k + 8, held)
         if mask is not None and passing is not None:
-            limit = min(int(limit * len(mask) / passing * 1.5), held)
+            limit = min(int(limit * len(self.rows) / passing * 1.5), held)
         while True:
             found = self.searcher.search(query, limit, count=False).hits
-            slots = self.searcher.fast_field_values("slot", [address for _, address in found])
-            rows = self.by_slot[np.asarray(slots, dtype=np.int64)].tolist()
+            rows = self.searcher.fast_field_values("slot", [address for _, address in found])
+            key = self.rows.key
             hits = sorted(
                 zip(rows, (score for score, _ in found), strict=True),
-                key=lambda hit: (-hit[1], hit[0]),
+                key=lambda hit: (-hit[1], key(hit[0])),
             )
             if mask is not None:
                 hits = [hit for hit in hits if mask[hit[0]]]
@@ -254,7 +254,7 @@ def build(
             temporary = target = None
     index = tantivy.Index(Engine.schema(), path=None if temporary is None else str(temporary))
     writer = index.writer(_WRITER_HEAP, 1)
-    indexed = _add(writer, rows, range(len(rows)))
+    indexed = _add(writer, rows, rows.live().tolist())
     writer.commit()
     writer.wait_merging_threads()
     if temporary is not None and target is not None:
@@ -269,13 +269,12 @@ def _add(writer: Any, rows: Rows, which: Iterable[int]) -> int:
     """Add each of the rows ``which`` that holds a word as a document; how many were added."""
     tantivy = _tantivy()
     added = 0
-    slots = rows.slots
     for row in which:
         text = rows.words_at(row)
         if text:
             document = tantivy.Document()
             document.add_text("words", text)
-            document.add_unsigned("slot", int(slots[row]))
+            document.add_unsigned("slot", row)
             writer.add_document(document)
             added += 1
     return added
@@ -300,11 +299,12 @@ def updated(
     Like Lucene's, tantivy's BM25 statistics count a deleted document until its segment is
     merged, so the ranking can differ a little from a build of the same rows. A saved
     engine is updated in a new folder whose unchanged files are hard links to the held
-    one's (tantivy never rewrites a file; ``files``: their checksums, not read again), then
-    saved as :func:`build` saves (the held folder, which other processes may have mapped, is
-    never written); one in memory is updated in place (the held snapshot's searcher keeps
-    seeing its own state). None, and the caller builds, where that cannot be done (a folder
-    that cannot be linked, one saved that is to be held in memory or the reverse).
+    one's (tantivy never rewrites a file, nor ``keywords._rows`` a part; ``files``: their
+    checksums, not read again), then saved as :func:`build` saves (the held folder, which
+    other processes may have mapped, is never written); one in memory is updated in place
+    (the held snapshot's searcher keeps seeing its own state). None, and the caller builds,
+    where that cannot be done (a folder that cannot be linked, one saved that is to be held
+    in memory or the reverse).
 
     ``serve``: given the updated index before it is saved (its rows in memory, its engine in
     the new folder), so that searches see the change while every row is written (1.3 s at a
@@ -337,23 +337,25 @@ def updated(
     _add(writer, rows, added)
     writer.commit()
     writer.wait_merging_threads()
-    indexed = int(np.count_nonzero(np.diff(rows.words.ends, prepend=0)))
+    indexed = rows.indexed()
     deleted += len(removed)
     if temporary is not None and target is not None:
         if serve is not None and indexed:
             serve(Built(fingerprint, rows, Engine(index, rows), unsettled, deleted=deleted))
         known = {name: files[name] for name in _linked(engine.path, temporary, files)}
-        return _saved(temporary, target, fingerprint, rows, indexed, unsettled, known, deleted)
+        return _saved(
+            temporary, target, fingerprint, rows, indexed, unsettled, known, deleted, engine.path
+        )
     fresh = Engine(index, rows) if indexed else None
     return Built(fingerprint, rows, fresh, unsettled, deleted=deleted)
 
 
-_OWN_FILES = ("state.json", "columns.json", "stamps.json")
+_OWN_FILES = ("state.json", "stamps.json")
 
 
 def _ours(name: str) -> bool:
-    """A file of the rows' or of the saved state, not of tantivy's (never linked)."""
-    return name in _OWN_FILES or name.endswith(".npy") or name.endswith(".lock")
+    """A file of the rows' (``rows*``) or of the saved state, not of tantivy's (not linked)."""
+    return name in _OWN_FILES or name.startswith("rows") or name.endswith(".lock")
 
 
 def _link_engine(source: Path, folder: Path) -> None:
@@ -390,18 +392,20 @@ def _saved(
     unsettled: Unsettled,
     known: Mapping[str, list[int]] | None = None,
     deleted: int = 0,
+    beside: Path | None = None,
 ) -> Built | None:
     """Move the index built in ``temporary`` to ``target`` whole or not at all; open it there.
 
     A reader never sees a half-written index: it finds the old one, the new one, or none (and
-    builds). A failure to write (a read-only directory) is logged and gives None.
+    builds). A failure to write (a read-only directory) is logged and gives None. ``beside``:
+    the saved folder the rows were loaded from (their parts held there are linked).
     """
     import orjson
 
     old = target.parent / f".{target.name}.old-{uuid.uuid4().hex}"
     saved = False
     try:
-        rows.save(temporary)
+        rows.save(temporary, beside)
         state = {"format": FORMAT, "tokenizer": TOKENIZER, "engine": ENGINE, "indexed": indexed}
         state["fingerprint"] = fingerprint.as_json()
         state["unsettled"] = {t: [at, sorted(ids)] for t, (at, ids) in unsettled.items()}

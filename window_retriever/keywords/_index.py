@@ -405,7 +405,7 @@ class KeywordIndex(KeptIndex):
             if mask is not None:
                 snapshot.masks.move_to_end(key)
                 return mask
-        mask = np.zeros(len(snapshot.rows), dtype=bool)
+        mask = np.zeros(snapshot.rows.span, dtype=bool)
         allowed = snapshot.rows.rows_of(self._source.allowed_ids(where, where_document, PAGE_SIZE))
         mask[allowed[allowed >= 0]] = True
         with self._masks_lock:

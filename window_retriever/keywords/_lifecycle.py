@@ -207,7 +207,7 @@ class KeywordSource(Protocol):
 
 @dataclass(slots=True)
 class _Snapshot:
-    """One immutable build of the index: its rows in id order, the engine's index over them."""
+    """One immutable state of the index: its rows (by slot), the engine's index over them."""
 
     fingerprint: Fingerprint
     rows: Rows
@@ -554,34 +554,32 @@ class KeptIndex:
     ) -> _Snapshot | None:
         """``held`` with every row of ``ids`` replaced by its record as read (or dropped).
 
-        Over :data:`REINDEX_ROWS` rows the engine is updated in place, by the documents of
-        those rows alone (``keywords._engine.updated``); else indexed anew from the rows
-        (exact BM25 statistics, under a second). ``count``: None when the result would not
-        hold as many records as ``fingerprint`` (a writer that bypassed the library: the
-        caller rebuilds).
+        Over :data:`REINDEX_ROWS` rows the rows read are added as a part and those they
+        replace marked dead (``Rows.changed``), and the engine is updated in place by their
+        documents alone (``keywords._engine.updated``); else the rows are compacted and
+        indexed anew (exact BM25 statistics, under a second). ``count``: None when the
+        result would not hold as many records as ``fingerprint`` (a writer that bypassed the
+        library: the caller rebuilds).
         """
         rows = held.rows
         found_ids, documents, metadatas = records
-        kept = np.ones(len(rows), dtype=bool)
         found = rows.rows_of(ids)
         gone = found[found >= 0]
-        kept[gone] = False
-        if count and int(np.count_nonzero(kept)) + len(found_ids) != fingerprint.count:
+        if count and len(rows) - len(gone) + len(found_ids) != fingerprint.count:
             return None
         builder = RowsBuilder()
         add_records(builder, found_ids, documents, metadatas)
         added = builder.rows()
         engine = held.engine if len(rows) > REINDEX_ROWS else None
         if engine is not None and held.deleted + len(gone) <= len(rows) * _DELETED_SHARE:
-            first = rows.next_slot
-            merged = rows.merged(kept, added, first_slot=first)
-            new = np.flatnonzero(merged.slots >= first).tolist()
-            removed = rows.slots[gone].tolist()
+            changed = rows.changed(gone, added)
+            removed = gone.tolist()
+            new = list(range(rows.span, changed.span))
             built = updated(
                 engine,
                 held.files,
                 fingerprint,
-                merged,
+                changed,
                 removed,
                 new,
                 self.directory,
@@ -593,8 +591,8 @@ class KeptIndex:
                 self.engine_deletes += len(removed)
                 self.engine_adds += len(new)
                 return _Snapshot.of(built)
-        merged = rows.merged(kept, added)
-        return _Snapshot.of(build(fingerprint, merged, self.directory, unsettled))
+        compacted = rows.compacted(gone, added)
+        return _Snapshot.of(build(fingerprint, compacted, self.directory, unsettled))
 
     def _serve(self, built: Built) -> None:
         """Answer searches from ``built`` while it is saved (under the lock, in a refresh).
@@ -731,12 +729,13 @@ class KeptIndex:
         held = self._current(wait=True)
         assert held is not None  # noqa: S101 - a waited check always holds a snapshot
         rows = held.rows
-        seen = np.zeros(len(rows), dtype=bool)
+        seen = np.ones(rows.span, dtype=bool)
+        seen[rows.live()] = False  # a dead slot holds no row
         differing: set[str] = set()
         for ids, documents, metadatas in self._source.pages(PAGE_SIZE):
             found = rows.rows_of(ids).tolist()
             for chunk_id, text, metadata, row in zip(ids, documents, metadatas, found, strict=True):
-                if row >= 0 and int(rows.digests[row]) == digest(text, metadata):
+                if row >= 0 and rows.digest(row) == digest(text, metadata):
                     seen[row] = True
                 else:
                     differing.add(chunk_id)
@@ -764,7 +763,7 @@ def _differing(
     differing = {chunk_id for chunk_id, row in held.items() if row >= 0}  # until found alike
     for chunk_id, text, metadata in zip(found_ids, documents, metadatas, strict=True):
         row = held.get(chunk_id, -1)
-        if row >= 0 and int(rows.digests[row]) == digest(text, metadata):
+        if row >= 0 and rows.digest(row) == digest(text, metadata):
             differing.discard(chunk_id)
         else:
             differing.add(chunk_id)
@@ -852,7 +851,7 @@ def _held(
         if entry is not None:
             found[chunk_id] = entry
         elif row >= 0:
-            found[chunk_id] = (int(rows.lengths[row]), rows.metadata_at(row))
+            found[chunk_id] = (rows.length(row), rows.metadata_at(row))
     return found
 
 

@@ -1,18 +1,22 @@
 """The rows a keyword index holds: each chunk's id, text length, metadata and words, compactly.
 
-One row per chunk, in id order, kept in a few numpy arrays rather than a Python object per
-chunk: the ids as one fixed-width byte array (found by binary search), the lengths as int32,
-a digest of each record's text and metadata as uint64 (what a check compares with the store:
-:func:`digest`),
-the metadata (orjson) and the words (each chunk's stems joined by spaces) as bytes laid end to
-end with the offset where each row ends. Saved, the arrays are files that a process maps into
-memory (``numpy.load(mmap_mode="r")``): a new process decodes none of them, holds no
-copy of its own, and every process on the machine shares the pages.
+One row per chunk, numbered by its *slot* (its key in the keyword engine), kept in a few
+numpy arrays rather than a Python object per chunk: the ids as one fixed-width byte array
+(found by binary search), the lengths as int32, a digest of each record's text and metadata
+as uint64 (what a check compares with the store: :func:`digest`), the metadata (orjson) and
+the words (each chunk's stems joined by spaces) as bytes laid end to end with the offset
+where each row ends. Saved, the arrays are files that a process maps into memory
+(``numpy.load(mmap_mode="r")``): a new process decodes none of them, holds no copy of its
+own, and every process on the machine shares the pages.
+
+The rows are kept in parts, as a search engine keeps its segments (:class:`Rows`): a build
+is one part in id order; a catch-up adds a part of the rows it read and marks those it
+replaced dead, so its work is its change's, not the collection's.
 
 Filters are decided per *column* where they can be: a metadata key that takes few distinct
 values (at most :data:`COLUMN_VALUES`: tenants, sources, access levels) is also kept as a code
 per row into the list of its values, so a test of that key is decided once per distinct value
-and spread to the rows by the codes (:meth:`Rows.mask`). A key with more values than that is
+and spread to the rows by the codes (:meth:`Part.mask`). A key with more values than that is
 decided row by row on the decoded metadata. Either way each test is the very predicate
 :func:`~window_retriever.core._filters.compile_where` uses, so the answer is Chroma's.
 """
@@ -20,6 +24,7 @@ decided row by row on the decoded metadata. Either way each test is the very pre
 from __future__ import annotations
 
 import hashlib
+import os
 from array import array
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -65,35 +70,35 @@ class Blob:
         return starts
 
     @staticmethod
-    def merged(held: Blob, rows: np.ndarray, added: Blob, from_added: np.ndarray) -> Blob:
-        """``held``'s ``rows`` and every row of ``added``, placed where ``from_added`` says.
+    def gathered(blobs: Sequence[Blob], which: np.ndarray, rows: np.ndarray) -> Blob:
+        """Row ``rows[i]`` of ``blobs[which[i]]``, for every ``i``, as one blob.
 
-        Copied in runs of rows that lie end to end in one blob (few: one more each row
-        removed or added), not row by row.
+        Copied in runs of rows that lie end to end in one blob (few where the rows come in
+        order: one more each row left out or taken from another blob), not row by row.
         """
-        total = len(from_added)
+        total = len(rows)
         if not total:
             return Blob(np.empty(0, dtype=np.uint8), np.empty(0, dtype=np.int64))
         starts = np.empty(total, dtype=np.int64)
         ends = np.empty(total, dtype=np.int64)
-        starts[~from_added], ends[~from_added] = held.starts(rows), held.ends[rows]
-        every = np.arange(len(added.ends))
-        starts[from_added], ends[from_added] = added.starts(every), added.ends
-        breaks = (from_added[1:] != from_added[:-1]) | (starts[1:] != ends[:-1])
+        for number, blob in enumerate(blobs):
+            mine = which == number
+            starts[mine], ends[mine] = blob.starts(rows[mine]), blob.ends[rows[mine]]
+        breaks = (which[1:] != which[:-1]) | (starts[1:] != ends[:-1])
         firsts = np.flatnonzero(np.concatenate([[True], breaks]))
         lasts = np.append(firsts[1:] - 1, total - 1)
         pieces = [
-            (added if from_added[first] else held).data[starts[first] : ends[last]]
+            blobs[which[first]].data[starts[first] : ends[last]]
             for first, last in zip(firsts.tolist(), lasts.tolist(), strict=True)
         ]
         return Blob(np.concatenate(pieces), np.cumsum(ends - starts))
 
 
-class Rows:
-    """Every chunk an index holds, a row each in id order (see the module docstring).
+class Part:
+    """Rows stored together, one for each slot from ``start`` on (see :class:`Rows`).
 
     Args:
-        ids: Each row's id as UTF-8 and :data:`_END`, sorted (a fixed-width byte array).
+        ids: Each row's id as UTF-8 and :data:`_END` (a fixed-width byte array).
         lengths: Each row's text length in characters.
         digests: Each row's :func:`digest` of its text and metadata.
         metadata: Each row's metadata as orjson.
@@ -101,19 +106,21 @@ class Rows:
         columns: For each metadata key with few values: a code per row (-1: the row has no
             such key) and the values the codes name.
         wide: The keys with too many values for a column (decided row by row).
-        slots: Each row's key in the keyword engine (``keywords._engine``): it stays with
-            its chunk while rows come and go around it, so the engine is updated in place;
-            None for ``0 .. len - 1``.
+        order: The rows in id order, for the binary search of an id; None: they are.
+        start: The slot of the first row.
+        origin: The folder it was loaded from: a save beside it links its files.
     """
 
     __slots__ = (
-        "_by_slot",
+        "_sorted",
         "columns",
         "digests",
         "ids",
         "lengths",
         "metadata",
-        "slots",
+        "order",
+        "origin",
+        "start",
         "wide",
         "words",
     )
@@ -127,122 +134,59 @@ class Rows:
         words: Blob,
         columns: Mapping[str, tuple[np.ndarray, list[Any]]],
         wide: frozenset[str],
-        slots: np.ndarray | None = None,
+        order: np.ndarray | None = None,
+        start: int = 0,
+        origin: Path | None = None,
     ) -> None:
         self.ids = ids
-        self.slots = np.arange(len(ids), dtype=np.int64) if slots is None else slots
-        self._by_slot: np.ndarray | None = None
         self.lengths = lengths
         self.digests = digests
         self.metadata = metadata
         self.words = words
         self.columns = dict(columns)
         self.wide = wide
+        self.order = order
+        self.start = start
+        self.origin = origin
+        self._sorted: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.ids)
 
     @property
-    def next_slot(self) -> int:
-        """The first slot no row holds past every one that does."""
-        return int(self.slots.max()) + 1 if len(self.slots) else 0
+    def end(self) -> int:
+        return self.start + len(self.ids)
 
-    def by_slot(self) -> np.ndarray:
-        """Each slot's row, -1 for a slot no row holds (made once, on first use)."""
-        if self._by_slot is None:
-            by_slot = np.full(self.next_slot, -1, dtype=np.int64)
-            by_slot[self.slots] = np.arange(len(self.slots))
-            self._by_slot = by_slot
-        return self._by_slot
+    @property
+    def name(self) -> str:
+        """What its saved files' names begin with: its slots."""
+        return f"rows-{self.start}-{self.end}"
 
-    def id(self, row: int) -> str:
-        return _decode_id(self.ids[row])
+    def at(self, start: int) -> Part:
+        """The same rows from slot ``start`` on."""
+        arrays = (self.ids, self.lengths, self.digests, self.metadata, self.words)
+        return Part(*arrays, self.columns, self.wide, self.order, start)
 
-    def ids_at(self, rows: Iterable[int]) -> list[str]:
-        ids = self.ids
-        return [_decode_id(ids[row]) for row in rows]
+    def find(self, wanted: np.ndarray) -> np.ndarray:
+        """Each of the ``wanted`` ids' last row in this part, or -1 (one binary search for all).
 
-    def rows_of(self, ids: Sequence[str]) -> np.ndarray:
-        """Each id's row, or -1 for an id not held (one binary search for all of them)."""
-        if not ids or not len(self.ids):
-            return np.full(len(ids), -1, dtype=np.int64)
-        wanted = np.array([_encode_id(chunk_id) for chunk_id in ids])
-        found = np.searchsorted(self.ids, wanted).astype(np.int64)
-        inside = found < len(self.ids)
-        found[~inside] = -1
-        held = found >= 0
-        held[held] = self.ids[found[held]] == wanted[held]
-        found[~held] = -1
-        return found
-
-    def metadata_at(self, row: int) -> dict[str, Any]:
-        stored = self.metadata[row]
-        metadata: dict[str, Any] = orjson.loads(stored)
-        if metadata.__class__ is not dict:  # a file rewritten under the map: rows_damaged
-            msg = "not a JSON object"
-            raise orjson.JSONDecodeError(msg, stored.decode(errors="replace"), 0)
-        return metadata
-
-    def words_at(self, row: int) -> str:
-        return self.words[row].decode()
-
-    def merged(self, kept: np.ndarray, added: Rows, first_slot: int | None = None) -> Rows:
-        """The rows ``kept`` passes and every row of ``added`` (other ids), in id order.
-
-        What a catch-up holds: array operations, no loop over the rows kept. ``first_slot``:
-        the rows kept keep their slots and those added take slots from it on (an engine
-        updated in place); None: every row's slot is its row (an engine indexed anew).
+        An id is held more than once in a part joined of others (``order`` keeps them in
+        slot order): the last is the newest, the only one that can be alive.
         """
-        rows = np.flatnonzero(kept)
-        held_ids = self.ids[rows]
-        total = len(rows) + len(added)
-        from_added = np.zeros(total, dtype=bool)
-        from_added[np.searchsorted(held_ids, added.ids) + np.arange(len(added))] = True
-        size = max(self.ids.dtype.itemsize, added.ids.dtype.itemsize)
-        ids = np.empty(total, dtype=f"S{size}")
-        ids[~from_added], ids[from_added] = held_ids, added.ids
-        lengths = np.empty(total, dtype=np.int32)
-        lengths[~from_added], lengths[from_added] = self.lengths[rows], added.lengths
-        digests = np.empty(total, dtype=np.uint64)
-        digests[~from_added], digests[from_added] = self.digests[rows], added.digests
-        slots = None
-        if first_slot is not None:
-            slots = np.empty(total, dtype=np.int64)
-            slots[~from_added] = self.slots[rows]
-            slots[from_added] = first_slot + np.arange(len(added), dtype=np.int64)
-        wide = self.wide | added.wide
-        columns = {}
-        for key in sorted((self.columns.keys() | added.columns.keys()) - wide):
-            codes = np.full(total, _MISSING_CODE, dtype=np.int32)
-            values: list[Any] = []
-            if key in self.columns:
-                held_codes, held_values = self.columns[key]
-                codes[~from_added], values = held_codes[rows], list(held_values)
-            if key in added.columns:
-                added_codes, added_values = added.columns[key]
-                code_of = {_value_key(value): code for code, value in enumerate(values)}
-                renamed = np.full(len(added_values) + 1, _MISSING_CODE, dtype=np.int32)
-                for code, value in enumerate(added_values):
-                    held = _value_key(value)
-                    if held not in code_of:
-                        code_of[held] = len(values)
-                        values.append(value)
-                    renamed[code] = code_of[held]
-                codes[from_added] = renamed[added_codes]
-            if len(values) > COLUMN_VALUES:
-                wide |= {key}
-            else:
-                columns[key] = (codes, values)
-        return Rows(
-            ids,
-            lengths,
-            digests,
-            Blob.merged(self.metadata, rows, added.metadata, from_added),
-            Blob.merged(self.words, rows, added.words, from_added),
-            columns,
-            wide,
-            slots,
-        )
+        if self.order is None:
+            held = self.ids
+        elif self._sorted is None:
+            held = self._sorted = self.ids[self.order]
+        else:
+            held = self._sorted
+        found = np.searchsorted(held, wanted, side="right").astype(np.int64) - 1
+        inside = found >= 0
+        matched = np.zeros(len(wanted), dtype=bool)
+        matched[inside] = held[found[inside]] == wanted[inside]
+        if self.order is not None:
+            found[matched] = self.order[found[matched]]
+        found[~matched] = -1
+        return found
 
     def mask(self, tree: Tree) -> np.ndarray:
         """The rows ``tree`` passes, as a boolean array."""
@@ -278,57 +222,305 @@ class Rows:
         passing: np.ndarray = np.append(table, test({}))[codes]  # code -1: no such key
         return passing
 
+    def metadata_at(self, row: int) -> dict[str, Any]:
+        stored = self.metadata[row]
+        metadata: dict[str, Any] = orjson.loads(stored)
+        if metadata.__class__ is not dict:  # a file rewritten under the map: rows_damaged
+            msg = "not a JSON object"
+            raise orjson.JSONDecodeError(msg, stored.decode(errors="replace"), 0)
+        return metadata
+
     # ---- saved as files -----------------------------------------------------------------
 
     def save(self, folder: Path) -> None:
-        """Write the arrays under ``folder`` (files of their own; ``columns.json`` names them)."""
-        np.save(folder / "ids.npy", self.ids)
-        np.save(folder / "lengths.npy", self.lengths)
-        np.save(folder / "digests.npy", self.digests)
-        np.save(folder / "slots.npy", self.slots)
-        for name, blob in (("metadata", self.metadata), ("words", self.words)):
-            np.save(folder / f"{name}.npy", blob.data)
-            np.save(folder / f"{name}-ends.npy", blob.ends)
+        """Write the arrays in ``folder``, as files whose names begin with :attr:`name`."""
+        prefix = self.name
+        np.save(folder / f"{prefix}.ids.npy", self.ids)
+        np.save(folder / f"{prefix}.lengths.npy", self.lengths)
+        np.save(folder / f"{prefix}.digests.npy", self.digests)
+        if self.order is not None:
+            np.save(folder / f"{prefix}.order.npy", self.order)
+        for blob_name, blob in (("metadata", self.metadata), ("words", self.words)):
+            np.save(folder / f"{prefix}.{blob_name}.npy", blob.data)
+            np.save(folder / f"{prefix}.{blob_name}-ends.npy", blob.ends)
         described = []
         for number, (key, (codes, values)) in enumerate(sorted(self.columns.items())):
-            np.save(folder / f"column-{number}.npy", codes)
+            np.save(folder / f"{prefix}.column-{number}.npy", codes)
             described.append({"key": key, "values": values})
-        columns = {"columns": described, "wide": sorted(self.wide)}
-        (folder / "columns.json").write_bytes(orjson.dumps(columns))
+        columns = {"columns": described, "wide": sorted(self.wide), "order": self.order is not None}
+        (folder / f"{prefix}.columns.json").write_bytes(orjson.dumps(columns))
+
+    @classmethod
+    def load(cls, folder: Path, start: int, end: int) -> Part:
+        """The part of slots ``start`` to ``end`` saved in ``folder``, mapped into memory."""
+        prefix = f"rows-{start}-{end}"
+
+        def mapped(name: str) -> np.ndarray:
+            path = folder / f"{prefix}.{name}.npy"
+            array: np.ndarray = np.load(path, mmap_mode="r", allow_pickle=False)
+            return array
+
+        described = orjson.loads((folder / f"{prefix}.columns.json").read_bytes())
+        columns = {
+            column["key"]: (mapped(f"column-{number}"), column["values"])
+            for number, column in enumerate(described["columns"])
+        }
+        part = cls(
+            mapped("ids"),
+            mapped("lengths"),
+            mapped("digests"),
+            Blob(mapped("metadata"), mapped("metadata-ends")),
+            Blob(mapped("words"), mapped("words-ends")),
+            columns,
+            frozenset(described["wide"]),
+            mapped("order") if described["order"] else None,
+            start,
+            folder,
+        )
+        sizes = {len(part.lengths), len(part.digests), len(part.metadata.ends)}
+        sizes |= {len(part.words.ends)} | {len(codes) for codes, _ in columns.values()}
+        if part.order is not None:
+            sizes.add(len(part.order))
+        if sizes - {len(part.ids)} or len(part.ids) != end - start:
+            msg = f"the saved rows {prefix} at {folder} do not agree in length"
+            raise ValueError(msg)
+        return part
+
+
+def _gathered(parts: Sequence[Part], which: np.ndarray, rows: np.ndarray, start: int) -> Part:
+    """Row ``rows[i]`` of ``parts[which[i]]``, for every ``i``, as one part from ``start`` on."""
+    total = len(rows)
+    size = max((part.ids.dtype.itemsize for part in parts), default=1)
+    ids = np.empty(total, dtype=f"S{size}")
+    lengths = np.empty(total, dtype=np.int32)
+    digests = np.empty(total, dtype=np.uint64)
+    for number, part in enumerate(parts):
+        mine = which == number
+        ids[mine] = part.ids[rows[mine]]
+        lengths[mine] = part.lengths[rows[mine]]
+        digests[mine] = part.digests[rows[mine]]
+    wide = frozenset().union(*(part.wide for part in parts))
+    columns = {}
+    for key in sorted(set().union(*(part.columns for part in parts)) - wide):
+        codes = np.full(total, _MISSING_CODE, dtype=np.int32)
+        values: list[Any] = []
+        code_of: dict[tuple[type, Any], int] = {}
+        for number, part in enumerate(parts):
+            if key not in part.columns:
+                continue
+            part_codes, part_values = part.columns[key]
+            renamed = np.full(len(part_values) + 1, _MISSING_CODE, dtype=np.int32)
+            for code, value in enumerate(part_values):
+                held = _value_key(value)
+                if held not in code_of:
+                    code_of[held] = len(values)
+                    values.append(value)
+                renamed[code] = code_of[held]
+            mine = which == number
+            codes[mine] = renamed[part_codes[rows[mine]]]  # code -1: the last, no such key
+        if len(values) > COLUMN_VALUES:
+            wide |= {key}
+        else:
+            columns[key] = (codes, values)
+    metadata = Blob.gathered([part.metadata for part in parts], which, rows)
+    words = Blob.gathered([part.words for part in parts], which, rows)
+    return Part(ids, lengths, digests, metadata, words, columns, wide, None, start)
+
+
+def _join_parts(first: Part, second: Part) -> Part:
+    """Two parts of neighbouring slots as one (the slots kept; its ``order`` made)."""
+    which = np.repeat(np.array([0, 1], dtype=np.int64), [len(first), len(second)])
+    rows = np.concatenate([np.arange(len(first)), np.arange(len(second))])
+    joined = _gathered([first, second], which, rows, first.start)
+    if len(joined.ids) > 1 and bool(np.any(joined.ids[1:] < joined.ids[:-1])):
+        joined.order = np.argsort(joined.ids, kind="stable")  # sorted runs: merged, not sorted
+    return joined
+
+
+_JOIN = 2
+"""A part is joined with the part before it while that one holds fewer than this many times
+its rows: as in a binary counter, parts grow in size toward the first, a row is copied into a
+larger part about log2(rows / rows a write adds) times, and a write of ``n`` rows costs
+``n`` times that, amortised, however many rows are held."""
+
+
+class Rows:
+    """Every chunk an index holds, a row each, numbered by its *slot* (see the module docstring).
+
+    The rows are kept in parts (:class:`Part`), each a run of slots and the files it is saved
+    in. An index built from every record is one part, in id order. A catch-up adds a part of
+    the rows it read at the slots after the last one and marks those it replaced or removed
+    ``dead``: the rows held are neither copied nor rewritten, and a saved part's files are
+    hard-linked into the next save (a catch-up's work is its change's, however many rows are
+    held). A new part is joined with the one before it while that one is less than
+    :data:`_JOIN` times larger (amortised, a few copies of each row); dead rows leave with a
+    build anew. The slot is the row's key in the keyword engine (``keywords._engine``), so
+    the engine is updated in place as well.
+
+    Args:
+        parts: Runs of slots, in order, each starting where the one before ends.
+        dead: The slots whose rows are no longer held, sorted.
+    """
+
+    __slots__ = ("_starts", "dead", "parts")
+
+    def __init__(self, parts: Sequence[Part] = (), dead: np.ndarray | None = None) -> None:
+        self.parts = tuple(part for part in parts if len(part))
+        self.dead = np.empty(0, dtype=np.int64) if dead is None else dead
+        self._starts = np.array([part.start for part in self.parts], dtype=np.int64)
+
+    @property
+    def span(self) -> int:
+        """The slots held, dead or not: the length of a mask over the rows."""
+        return self.parts[-1].end if self.parts else 0
+
+    def __len__(self) -> int:
+        """The rows held (dead slots not counted)."""
+        return self.span - len(self.dead)
+
+    def _located(self, slots: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Each slot's part (its number) and row in it."""
+        which = np.searchsorted(self._starts, slots, side="right") - 1
+        return which, slots - self._starts[which]
+
+    def _part(self, row: int) -> tuple[Part, int]:
+        part = self.parts[int(np.searchsorted(self._starts, row, side="right")) - 1]
+        return part, row - part.start
+
+    def id(self, row: int) -> str:
+        part, local = self._part(row)
+        return _decode_id(part.ids[local])
+
+    def key(self, row: int) -> bytes:
+        """The row's id as stored: what orders rows by id."""
+        part, local = self._part(row)
+        return bytes(part.ids[local])
+
+    def ids_at(self, rows: Iterable[int]) -> list[str]:
+        if len(self.parts) == 1:
+            ids = self.parts[0].ids
+            return [_decode_id(ids[row]) for row in rows]
+        return [self.id(row) for row in rows]
+
+    def length(self, row: int) -> int:
+        part, local = self._part(row)
+        return int(part.lengths[local])
+
+    def digest(self, row: int) -> int:
+        part, local = self._part(row)
+        return int(part.digests[local])
+
+    def metadata_at(self, row: int) -> dict[str, Any]:
+        part, local = self._part(row)
+        return part.metadata_at(local)
+
+    def words_at(self, row: int) -> str:
+        part, local = self._part(row)
+        return part.words[local].decode()
+
+    def rows_of(self, ids: Sequence[str]) -> np.ndarray:
+        """Each id's row, or -1 for an id not held (a binary search in each part)."""
+        found = np.full(len(ids), -1, dtype=np.int64)
+        if not ids or not self.parts:
+            return found
+        wanted = np.array([_encode_id(chunk_id) for chunk_id in ids])
+        for part in self.parts:
+            local = part.find(wanted)
+            held = np.flatnonzero(local >= 0)
+            slots = local[held] + part.start
+            alive = ~self._dead(slots)
+            found[held[alive]] = slots[alive]
+        return found
+
+    def _dead(self, slots: np.ndarray) -> np.ndarray:
+        dead = self.dead
+        if not len(dead):
+            return np.zeros(len(slots), dtype=bool)
+        at = np.minimum(np.searchsorted(dead, slots), len(dead) - 1)
+        found: np.ndarray = dead[at] == slots
+        return found
+
+    def live(self) -> np.ndarray:
+        """The slots of the rows held, in order."""
+        alive = np.ones(self.span, dtype=bool)
+        alive[self.dead] = False
+        return np.flatnonzero(alive)
+
+    def indexed(self) -> int:
+        """How many rows held have a word (each a document of the engine)."""
+        worded = sum(int(np.count_nonzero(np.diff(p.words.ends, prepend=0))) for p in self.parts)
+        which, rows = self._located(self.dead)
+        for number, part in enumerate(self.parts):
+            mine = rows[which == number]
+            worded -= int(np.count_nonzero(part.words.ends[mine] - part.words.starts(mine)))
+        return worded
+
+    def mask(self, tree: Tree) -> np.ndarray:
+        """The rows ``tree`` passes, as a boolean array over the slots (a dead one never)."""
+        if not self.parts:
+            return np.zeros(0, dtype=bool)
+        mask = np.concatenate([part.mask(tree) for part in self.parts])
+        mask[self.dead] = False
+        return mask
+
+    def changed(self, gone: np.ndarray, added: Rows) -> Rows:
+        """These rows with the slots ``gone`` dead and ``added``'s rows at the slots after.
+
+        What a catch-up holds (the class docstring): the rows held are not copied.
+        """
+        dead = np.union1d(self.dead, np.asarray(gone, dtype=np.int64))
+        parts = [*self.parts, *(part.at(self.span + part.start) for part in added.parts)]
+        while len(parts) > 1 and len(parts[-2]) < _JOIN * len(parts[-1]):
+            last = parts.pop()
+            parts.append(_join_parts(parts.pop(), last))
+        return Rows(parts, dead)
+
+    def compacted(self, gone: np.ndarray, added: Rows) -> Rows:
+        """The rows held but ``gone`` and every row of ``added``, one part in id order.
+
+        What a build from the same records holds: the slots are the rows' in id order.
+        """
+        every = Rows([*self.parts, *(part.at(self.span + part.start) for part in added.parts)])
+        live = np.setdiff1d(self.live(), np.asarray(gone, dtype=np.int64), assume_unique=True)
+        live = np.concatenate([live, np.arange(self.span, every.span)])
+        which, rows = every._located(live)
+        size = max((part.ids.dtype.itemsize for part in every.parts), default=1)
+        ids = np.empty(len(live), dtype=f"S{size}")
+        for number, part in enumerate(every.parts):
+            mine = which == number
+            ids[mine] = part.ids[rows[mine]]
+        order = np.argsort(ids, kind="stable")
+        return Rows([_gathered(every.parts, which[order], rows[order], 0)])
+
+    # ---- saved as files -----------------------------------------------------------------
+
+    def save(self, folder: Path, beside: Path | None = None) -> None:
+        """Write the parts in ``folder`` (``rows.json`` names them, ``rows.dead.npy``).
+
+        A part loaded from ``beside`` is hard-linked from there, not written again.
+        """
+        for part in self.parts:
+            if beside is not None and part.origin == beside:
+                for path in beside.glob(f"{part.name}.*"):
+                    os.link(path, folder / path.name)
+            else:
+                part.save(folder)
+        np.save(folder / "rows.dead.npy", self.dead)
+        described = {"parts": [[part.start, part.end] for part in self.parts]}
+        (folder / "rows.json").write_bytes(orjson.dumps(described))
 
     @classmethod
     def load(cls, folder: Path) -> Rows:
-        """The arrays saved under ``folder``, mapped into memory (nothing is read in full)."""
-
-        def mapped(name: str) -> np.ndarray:
-            array: np.ndarray = np.load(folder / name, mmap_mode="r", allow_pickle=False)
-            return array
-
-        described = orjson.loads((folder / "columns.json").read_bytes())
-        columns = {
-            column["key"]: (mapped(f"column-{number}.npy"), column["values"])
-            for number, column in enumerate(described["columns"])
-        }
-        rows = cls(
-            mapped("ids.npy"),
-            mapped("lengths.npy"),
-            mapped("digests.npy"),
-            Blob(mapped("metadata.npy"), mapped("metadata-ends.npy")),
-            Blob(mapped("words.npy"), mapped("words-ends.npy")),
-            columns,
-            frozenset(described["wide"]),
-            mapped("slots.npy"),
-        )
-        sizes = {
-            len(rows.lengths),
-            len(rows.digests),
-            len(rows.slots),
-            len(rows.metadata.ends),
-            len(rows.words.ends),
-        }
-        sizes |= {len(codes) for codes, _ in columns.values()}
-        if sizes - {len(rows.ids)}:
-            msg = f"the saved rows at {folder} do not agree in length"
+        """The parts saved in ``folder``, mapped into memory (nothing is read in full)."""
+        described = orjson.loads((folder / "rows.json").read_bytes())
+        parts = [Part.load(folder, int(start), int(end)) for start, end in described["parts"]]
+        dead = np.load(folder / "rows.dead.npy", allow_pickle=False)  # small: read whole
+        rows = cls(parts, dead)
+        ends = [0, *(part.end for part in rows.parts)]
+        if any(part.start != end for part, end in zip(rows.parts, ends, strict=False)) or (
+            len(dead) and not 0 <= int(dead[0]) <= int(dead[-1]) < rows.span
+        ):
+            msg = f"the saved rows at {folder} do not follow each other"
             raise ValueError(msg)
         return rows
 
@@ -419,7 +611,7 @@ class RowsBuilder:
         self._columns.clear()
         del self._lengths[:]
         del self._digests[:]
-        return Rows(ids[order], lengths, digests, metadata, words, columns, wide)
+        return Rows([Part(ids[order], lengths, digests, metadata, words, columns, wide)])
 
 
 def _joined(encoded: list[bytes], order: list[int]) -> Blob:
