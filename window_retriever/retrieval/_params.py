@@ -113,11 +113,7 @@ def resolve(
     k = _count(Option("k"), k, "the number of windows to return")
     expansion = _expansion(values["expansion"], total_budget)
     coherence = values["coherence"]
-    if (
-        isinstance(coherence, bool)
-        or not isinstance(coherence, int | float)
-        or not 0.0 <= coherence <= 1.0
-    ):
+    if not _fraction(coherence):
         msg = f"coherence must be a number from 0 to 1, got {coherence!r}"
         raise ConfigurationError(msg)
     fetch_k = values["fetch_k"]
@@ -134,11 +130,7 @@ def resolve(
         msg = "length_function must be callable, e.g. len or a token counter"
         raise ConfigurationError(msg)
     keyword_weight = values["keyword_weight"]
-    if (
-        isinstance(keyword_weight, bool)
-        or not isinstance(keyword_weight, int | float)
-        or not 0.0 <= keyword_weight <= 100.0
-    ):
+    if not _fraction(keyword_weight, 100.0):
         raise ConfigurationError(
             Option("keyword_weight"), f" must be a number from 0 to 100, got {keyword_weight!r}"
         )
@@ -238,9 +230,9 @@ def _where(name: str, value: Any) -> Mapping[str, Any] | None:
     return value
 
 
-def _fraction(value: Any) -> bool:
-    """A number from 0 to 1 (not a bool, not NaN)."""
-    return not isinstance(value, bool) and isinstance(value, int | float) and 0.0 <= value <= 1.0
+def _fraction(value: Any, most: float = 1.0) -> bool:
+    """A number from 0 to ``most`` (not a bool, not NaN)."""
+    return not isinstance(value, bool) and isinstance(value, int | float) and 0.0 <= value <= most
 
 
 def _positive_int(name: Part, value: Any, meaning: str) -> int:
