@@ -92,6 +92,9 @@ class CandidateSource(ABC):
     surveys = False
     """The source can :meth:`survey` (its store searches ids alone)."""
 
+    locates = False
+    """The source can :meth:`locate` (its store searches ids alone)."""
+
     held: Callable[[], Held | None] = staticmethod(nothing_held)
     """What the process holds beside the store, now (``WindowStore.held``): the keyword index
     a filtered search by ids asks for the ids the filter passes (:func:`search_ids`), and
@@ -105,12 +108,18 @@ class CandidateSource(ABC):
         """
         return _nothing()
 
+    def locate(self, query: str, k: int, params: Params) -> Flow:
+        """The lean search, ids and distances only: return hits without text, and the count.
+
+        Each hit's position is read from its id (``file_id:chunk_index``); the hits are ``None``
+        when an id has another form (the caller then searches the usual way). Only asked of a
+        source whose ``locates`` is true.
+        """
+        return _nothing()
+
 
 class VectorSearch(CandidateSource):
-    """The store's similarity search: hits scored by distance (lower is better).
-
-    ``locates``: the store can search for ids and distances alone (see :meth:`locate`).
-    """
+    """The store's similarity search: hits scored by distance (lower is better)."""
 
     def __init__(self, *, locates: bool = False) -> None:
         self.locates = locates
@@ -142,11 +151,6 @@ class VectorSearch(CandidateSource):
         )
 
     def locate(self, query: str, k: int, params: Params) -> Flow:
-        """The lean search: ids and distances only; return hits without text, or ``None``.
-
-        Each hit's position is read from its id (``file_id:chunk_index``); ``None`` when an id
-        has another form (the caller then searches the usual way).
-        """
         found = yield from search_ids(query, k, params.filter, params.where_document, self.held)
         return hits_by_id(found), len(found)
 

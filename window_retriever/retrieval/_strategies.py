@@ -29,7 +29,7 @@ from window_retriever.core._windows import (
     plan_fetch,
     plan_positions,
 )
-from window_retriever.retrieval._candidates import CandidateSource, VectorSearch
+from window_retriever.retrieval._candidates import CandidateSource
 from window_retriever.retrieval._params import Params
 from window_retriever.retrieval._pool import (
     Flow,
@@ -158,7 +158,7 @@ class StaticWindows(Strategy):
         neighbours = Neighbours(params, held=source.held)
         fetch_k = params.fetch_k
         typical = self.lengths.typical()
-        lean = isinstance(source, VectorSearch) and source.locates and typical is not None
+        lean = source.locates and typical is not None
         while True:
             pool: Pool | None = None
             wanted: list[Position] | None = None
@@ -198,7 +198,6 @@ class StaticWindows(Strategy):
 
         Return ``(pool, planned positions)``, or ``(None, [])`` to search the usual way.
         """
-        assert isinstance(source, VectorSearch)  # noqa: S101 - run checked
         found, returned = yield from source.locate(query, fetch_k, params)
         if found is None:  # ids not made by WindowSplitter: never again
             self.lengths.disable()
