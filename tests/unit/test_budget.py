@@ -16,7 +16,7 @@ from langchain_core.documents import Document
 from langchain_core.embeddings import Embeddings
 from langchain_text_splitters import RecursiveCharacterTextSplitter
 
-import window_retriever.retrieval._adaptive_strategy
+import window_retriever.retrieval._params
 from tests.conftest import FakeClock, StoreSpy
 from window_retriever import (
     ConfigurationError,
@@ -309,13 +309,13 @@ def test_a_chunk_outside_the_survey_is_measured_at_its_farthest_distance(
     store, _ = conversations
     monkeypatch.setattr("window_retriever.retrieval._candidates.SURVEY_WIDTH", 12)
     seen: list[tuple[list[Any], dict[str, Any], dict[str, float]]] = []
-    select = window_retriever.retrieval._adaptive_strategy.select_adaptive
+    select = window_retriever.retrieval._params.select_adaptive
 
     def spy(hits: Any, pooled: Any, relevance: Any, **options: Any) -> Any:
         seen.append((hits, pooled, dict(relevance)))
         return select(hits, pooled, relevance, **options)
 
-    monkeypatch.setattr("window_retriever.retrieval._adaptive_strategy.select_adaptive", spy)
+    monkeypatch.setattr("window_retriever.retrieval._params.select_adaptive", spy)
     retriever = ContextWindowRetriever(
         vectorstore=store, total_budget=1500, candidates="vector", k=4, fetch_k=4
     )

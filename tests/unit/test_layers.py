@@ -279,3 +279,21 @@ def test_only_the_store_layer_imports_store_clients(package: str) -> None:
     allowed = set(LAYERS["stores"]) | set(LAYERS["keywords"])
     assert importers <= allowed, sorted(importers - allowed)
     assert importers == STORE_CLIENTS[package]
+
+
+def test_the_options_reach_the_window_algorithm_in_one_place() -> None:
+    """Only ``Params`` calls the algorithm's entry points: a new option is passed on there, once.
+
+    The strategies call ``params.assemble(...)``, ``params.plan_fetch(...)`` and the like, not
+    the core with the options copied out field by field at each call site.
+    """
+    entries = {"assemble", "plan_fetch", "plan_positions", "plan_adaptive_fetch", "select_adaptive"}
+    callers = {
+        module_name(path)
+        for path in (PACKAGE / "retrieval").glob("*.py")
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(node, ast.ImportFrom)
+        and (node.module or "").startswith("window_retriever.core")
+        and entries & {alias.name for alias in node.names}
+    }
+    assert callers == {"retrieval._params"}

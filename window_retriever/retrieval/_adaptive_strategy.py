@@ -25,7 +25,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 from langchain_core.documents import Document
 
-from window_retriever.core._adaptive import cut_windows, plan_adaptive_fetch, select_adaptive
+from window_retriever.core._adaptive import cut_windows
 from window_retriever.core._ids import make_chunk_id
 from window_retriever.core._windows import Chunk, Hit, Measure, Position, Window
 from window_retriever.retrieval._candidates import CandidateSource
@@ -106,8 +106,6 @@ class Adaptive(_Budgeted):
         beyond the estimate is read then (rarely one fetch more). Return the documents, or
         ``None`` where a stand-in or an id was wrong.
         """
-        total = params.total_budget
-        assert total is not None  # noqa: S101 - strategy_for checked
         measure = Measure(params.length_function)
         pool: Pool | None = yield from self._hits(survey, params, measure, neighbours, stand_ins)
         if pool is None:
@@ -128,7 +126,7 @@ class Adaptive(_Budgeted):
             windows = read_windows(windows, read)
         windows = cut_windows(windows, params.length_function)  # on the texts read
         # every way here reads through ``neighbours`` before there is a window to return
-        return documents_of(windows, over, total, params, neighbours.space or pool.space)
+        return documents_of(windows, over, params, neighbours.space or pool.space)
 
     def _hits(
         self,
@@ -152,7 +150,7 @@ class Adaptive(_Budgeted):
             stood = Pool(*by_position(hits), vectors=dict(survey.vectors), fused=survey.fused)
             stood.space = survey.space or stood.space  # known before a read with diversity only
             return stood
-        estimate = _plan(survey.hits, params, measure, typical=self.lengths.low(), read=False)
+        estimate = params.plan_adaptive(survey.hits, measure, self.lengths.low(), read=False)
         ids = {make_chunk_id(*position): position for position in estimate}
         pool: Pool | None = yield from neighbours.read_located(survey.hits, ids, params)
         if pool is None:
@@ -174,7 +172,7 @@ class Adaptive(_Budgeted):
         return self._choose(pool, values, params, measure)
 
     def plan(self, pool: Pool, params: Params, measure: Measure) -> list[Position]:
-        return _plan(pool.hits, params, measure)
+        return params.plan_adaptive(pool.hits, measure)
 
     def select(self, pool: Pool, params: Params, measure: Measure) -> tuple[list[Window], bool]:
         windows, over = self._choose(pool, relevance(pool), params, measure)
@@ -185,41 +183,9 @@ class Adaptive(_Budgeted):
         pool: Pool, values: Mapping[str, float], params: Params, measure: Measure
     ) -> tuple[list[Window], bool]:
         """Adaptive selection over the pool, each chunk worth ``values`` (minus distances)."""
-        return select_adaptive(
-            pool.hits,
-            pool.chunks,
-            values,
-            k=params.k,
-            total_budget=params.total_budget or 0,
-            window_budget=params.window_budget,
-            mode=params.mode,
-            length_function=params.length_function,
-            coherence=params.coherence,
-            diversity=params.diversity * _COSINE_UNIT[pool.space],
-            similarity=cosines(pool) if params.diversity > 0 else None,
-            measure=measure,
-        )
-
-
-def _plan(
-    hits: Sequence[Hit],
-    params: Params,
-    measure: Measure,
-    *,
-    typical: tuple[int, int] | None = None,
-    read: bool = True,
-) -> list[Position]:
-    """``plan_adaptive_fetch`` with the retrieval's options (``typical``, ``read``: see it)."""
-    return plan_adaptive_fetch(
-        hits,
-        total_budget=params.total_budget or 0,
-        mode=params.mode,
-        length_function=params.length_function,
-        window_budget=params.window_budget,
-        measure=measure,
-        typical=typical,
-        read=read,
-    )
+        unit = _COSINE_UNIT[pool.space]
+        similarity = cosines(pool) if params.diversity > 0 else None
+        return params.select_adaptive(pool.hits, pool.chunks, values, measure, unit, similarity)
 
 
 def _floor_surveyed(hits: list[Hit], floor: float | None, survey: Survey) -> list[Hit]:

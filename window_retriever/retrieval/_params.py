@@ -2,7 +2,9 @@
 
 ``resolve`` turns the retriever's fields and a call's overrides into one frozen :class:`Params`
 with every default decided (``fetch_k`` from ``k``, ``expansion`` from ``total_budget``), or
-raises a ``ConfigurationError`` that names the argument, the value and the fix.
+raises a ``ConfigurationError`` that names the argument, the value and the fix. The options
+travel whole: a strategy hands the window algorithm its data through ``Params``' methods, the
+one place each option is passed on to it.
 """
 
 from __future__ import annotations
@@ -10,15 +12,27 @@ from __future__ import annotations
 import difflib
 import functools
 import operator
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence, Set
 from dataclasses import dataclass
 from typing import Any, Literal, SupportsIndex
 
 from pydantic import ValidationError
 
 from window_retriever._errors import ConfigurationError, Option, Part
+from window_retriever.core._adaptive import Similarity, plan_adaptive_fetch, select_adaptive
+from window_retriever.core._assembly import Assembly, assemble
 from window_retriever.core._filters import check_where
-from window_retriever.core._windows import MODES, Mode
+from window_retriever.core._windows import (
+    MODES,
+    Chunk,
+    Hit,
+    Measure,
+    Mode,
+    Position,
+    Window,
+    plan_fetch,
+    plan_positions,
+)
 from window_retriever.retrieval._records import Unexpandable
 
 Expansion = Literal["static", "adaptive"]
@@ -46,6 +60,9 @@ OVERRIDABLE = (
 RENAMED = {"budget": "window_budget"}
 """Old names that a caller may still pass, and the option each became."""
 
+Chunks = Mapping[Position, Chunk]
+Lengths = tuple[int, int] | None
+
 MOST_RESULTS = 1_000_000_000
 """The most ``k`` and ``fetch_k`` may be: more hits than any collection holds, and few enough
 for any store to be asked (Chroma takes at most 2**32 - 1, and the search may double it).
@@ -54,7 +71,11 @@ Nothing the retrieval allocates grows with them: only with what the store return
 
 @dataclass(frozen=True, slots=True)
 class Params:
-    """Every option of one retrieval, defaults decided and checked."""
+    """Every option of one retrieval, defaults decided and checked.
+
+    Its methods call the window algorithm with every option each call takes: the one place
+    an option is passed on to it.
+    """
 
     k: int
     fetch_k: int
@@ -81,6 +102,86 @@ class Params:
     @property
     def adaptive(self) -> bool:
         return self.expansion == "adaptive"
+
+    def plan_fetch(self, hits: Sequence[Hit], measure: Measure) -> list[Position]:
+        """The neighbours static growth may take (``_windows.plan_fetch``)."""
+        return plan_fetch(
+            hits,
+            k=self.k,
+            budget=self.window_budget,
+            mode=self.mode,
+            length_function=self.length_function,
+            total_budget=self.total_budget,
+            measure=measure,
+        )
+
+    def plan_lean(self, hits: Sequence[Hit], typical: int) -> tuple[list[Position], list[Hit]]:
+        """:meth:`plan_fetch` for hits not read yet, each ``typical`` long; and those covered."""
+        return plan_positions(
+            hits,
+            dict.fromkeys((hit.chunk.id for hit in hits), typical),
+            k=self.k,
+            budget=self.window_budget,
+            mode=self.mode,
+            total_budget=self.total_budget,
+            known=set(),
+        )
+
+    def assemble(
+        self, hits: Sequence[Hit], chunks: Chunks, fetched: Set[Position], measure: Measure
+    ) -> Assembly:
+        """The hits grown blindly into windows (``_assembly.assemble``)."""
+        return assemble(
+            hits,
+            chunks,
+            fetched,
+            k=self.k,
+            budget=self.window_budget,
+            mode=self.mode,
+            length_function=self.length_function,
+            total_budget=self.total_budget,
+            measure=measure,
+        )
+
+    def plan_adaptive(
+        self, hits: Sequence[Hit], measure: Measure, typical: Lengths = None, *, read: bool = True
+    ) -> list[Position]:
+        """The neighbours adaptive selection may take (``_adaptive.plan_adaptive_fetch``)."""
+        return plan_adaptive_fetch(
+            hits,
+            total_budget=self.total_budget or 0,
+            mode=self.mode,
+            length_function=self.length_function,
+            window_budget=self.window_budget,
+            measure=measure,
+            typical=typical,
+            read=read,
+        )
+
+    def select_adaptive(
+        self,
+        hits: Sequence[Hit],
+        chunks: Chunks,
+        relevance: Mapping[str, float],
+        measure: Measure,
+        unit: float,
+        similarity: Similarity | None,
+    ) -> tuple[list[Window], bool]:
+        """``_adaptive.select_adaptive``; ``unit``: one of cosine similarity in the distances."""
+        return select_adaptive(
+            hits,
+            chunks,
+            relevance,
+            k=self.k,
+            total_budget=self.total_budget or 0,
+            window_budget=self.window_budget,
+            mode=self.mode,
+            length_function=self.length_function,
+            coherence=self.coherence,
+            diversity=self.diversity * unit,
+            similarity=similarity,
+            measure=measure,
+        )
 
 
 def resolve(

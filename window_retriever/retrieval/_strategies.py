@@ -18,17 +18,9 @@ from abc import ABC, abstractmethod
 
 from langchain_core.documents import Document
 
-from window_retriever.core._assembly import Assembly, assemble, plan_needs
+from window_retriever.core._assembly import Assembly, plan_needs
 from window_retriever.core._ids import make_chunk_id
-from window_retriever.core._windows import (
-    Hit,
-    Measure,
-    Position,
-    Window,
-    fit_total,
-    plan_fetch,
-    plan_positions,
-)
+from window_retriever.core._windows import Hit, Measure, Position, Window, fit_total
 from window_retriever.retrieval._candidates import CandidateSource
 from window_retriever.retrieval._params import Params
 from window_retriever.retrieval._pool import (
@@ -64,8 +56,6 @@ class _Budgeted(Strategy):
     embeddings = False
 
     def run(self, query: str, params: Params, source: CandidateSource) -> Flow:
-        total = params.total_budget
-        assert total is not None  # noqa: S101 - strategy_for checked
         pool = yield from source.find(
             query, params.fetch_k, params, embeddings=self.embeddings, defer=True
         )
@@ -78,7 +68,7 @@ class _Budgeted(Strategy):
         yield from neighbours.fetch(pool, [*pool.unread.values(), *planned])
         pool.settle()  # hits known by id only were read with the neighbours
         pool.hits = above_floor(pool.hits, params.floor)  # the weaker stay known as neighbours
-        return documents_of(*self.select(pool, params, measure), total, params, pool.space)
+        return documents_of(*self.select(pool, params, measure), params, pool.space)
 
     @abstractmethod
     def plan(self, pool: Pool, params: Params, measure: Measure) -> list[Position]:
@@ -93,39 +83,21 @@ class BudgetedStatic(_Budgeted):
     """Each hit grown blindly to ``window_budget`` while the total budget lasts."""
 
     def plan(self, pool: Pool, params: Params, measure: Measure) -> list[Position]:
-        return plan_fetch(
-            pool.hits,
-            k=params.k,
-            budget=params.window_budget,
-            mode=params.mode,
-            length_function=params.length_function,
-            total_budget=params.total_budget,
-            measure=measure,
-        )
+        return params.plan_fetch(pool.hits, measure)
 
     def select(self, pool: Pool, params: Params, measure: Measure) -> tuple[list[Window], bool]:
-        windows = assemble(
-            pool.hits,
-            pool.chunks,
-            pool.fetched,
-            k=params.k,
-            budget=params.window_budget,
-            mode=params.mode,
-            length_function=params.length_function,
-            total_budget=params.total_budget,
-            measure=measure,
-        ).windows
+        windows = params.assemble(pool.hits, pool.chunks, pool.fetched, measure).windows
         total = params.total_budget or 0
         return windows, len(windows) == 1 and measure.run(windows[0].chunks) > total
 
 
-def documents_of(
-    windows: list[Window], over: bool, total: int, params: Params, space: Space
-) -> list[Document]:
+def documents_of(windows: list[Window], over: bool, params: Params, space: Space) -> list[Document]:
     """The chosen windows as documents, cut to the total budget unless the one is over it.
 
     ``space``: the distance space of the hits' scores (for ``relevance_score``).
     """
+    total = params.total_budget
+    assert total is not None  # noqa: S101 - strategy_for checked
     if not over:
         windows = fit_total(windows, total, params.length_function)
     documents = [to_document(window, space, over_budget=over) for window in windows]
@@ -203,14 +175,7 @@ class StaticWindows(Strategy):
             self.lengths.disable()
             return None, []
         found = self._floor(found, params)
-        wanted, covered = plan_positions(
-            found,
-            dict.fromkeys((hit.chunk.id for hit in found), typical),
-            k=params.k,
-            budget=params.window_budget,
-            mode=params.mode,
-            known=set(),
-        )
+        wanted, covered = params.plan_lean(found, typical)
         ids = {make_chunk_id(*position): position for position in wanted}
         ids |= {hit.chunk.id: hit.chunk.position for hit in covered}  # type: ignore[misc]
         pool = yield from neighbours.read_located(covered, ids, params)
@@ -235,14 +200,7 @@ class StaticWindows(Strategy):
         """Fetch rounds until every window is complete; return the assembly."""
         measure = Measure(params.length_function)
         if wanted is None:
-            wanted = plan_fetch(
-                pool.hits,
-                k=params.k,
-                budget=params.window_budget,
-                mode=params.mode,
-                length_function=params.length_function,
-                measure=measure,
-            )
+            wanted = params.plan_fetch(pool.hits, measure)
         assembly: Assembly | None = None
         for _ in range(_MAX_FETCH_ROUNDS):
             yield from neighbours.fetch(pool, wanted)
@@ -259,13 +217,5 @@ class StaticWindows(Strategy):
 
     @staticmethod
     def _windows(pool: Pool, params: Params, measure: Measure, *, until_unread: bool) -> Assembly:
-        return assemble(
-            [*pool.hits, *absorbed(pool.beyond, pool.chunks, until_unread=until_unread)],
-            pool.chunks,
-            pool.fetched,
-            k=params.k,
-            budget=params.window_budget,
-            mode=params.mode,
-            length_function=params.length_function,
-            measure=measure,
-        )
+        hits = [*pool.hits, *absorbed(pool.beyond, pool.chunks, until_unread=until_unread)]
+        return params.assemble(hits, pool.chunks, pool.fetched, measure)
