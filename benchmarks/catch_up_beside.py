@@ -11,7 +11,7 @@ answers one query. Then another process writes ``--added`` chunks through ``add_
 this process's queries (a default query every 50 ms on a second thread) notice the write,
 and the catch-up runs on the index's background thread while they go on. Reported:
 
-- each step of the catch-up (the change feed, the records read, the rows merged and saved,
+- each step of the catch-up (the change feed, the records read, the rows changed and saved,
   the engine updated, the saved files' checksums), its seconds and the longest the
   interpreter lock kept a third thread (which wakes every millisecond) from running;
 - the queries' latencies while the catch-up ran, and after it; when the added chunks were
@@ -58,7 +58,6 @@ import chromadb
 from langchain_chroma import Chroma
 from langchain_core.documents import Document
 from langchain_core.embeddings import DeterministicFakeEmbedding
-from lifecycle import new_word
 from window_retriever import WindowSplitter, add_chunks
 path, name, added, tenant, word = sys.argv[1], sys.argv[2], int(sys.argv[3]), *sys.argv[4:]
 store = Chroma(collection_name=name, client=chromadb.PersistentClient(path=path),
