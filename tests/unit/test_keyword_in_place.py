@@ -180,3 +180,30 @@ def test_a_catch_up_is_searched_while_its_rows_are_saved(
     assert after[-1] and meanwhile == [after[-1]]
     other = KeywordIndex(ChromaKeywordSource(store), reconcile_interval=None)
     assert matches(other) == after and (other.loads, other.builds) == (1, 0)
+
+
+def test_ties_are_ranked_by_id_whatever_part_holds_them() -> None:
+    """A chunk a catch-up added has a later slot than those held: equal scores are still
+    ranked by id, as a build of the same chunks ranks them (not by slot)."""
+    store = Chroma(
+        collection_name="in-place-ties",
+        client=chromadb.EphemeralClient(),
+        embedding_function=DeterministicFakeEmbedding(size=8),
+    )
+    held = split([Document("the quokka molts", metadata={"source": "held"})])
+    add_chunks(store, split([page(random.Random(5), f"p{i}") for i in range(3)]) + held)
+    index = KeywordIndex(ChromaKeywordSource(store), check_interval=0, reconcile_interval=None)
+    assert [i for i, _ in index.search("quokka", k=5)] == [held[0].id]
+    added = next(  # a chunk of the same text whose id sorts first
+        chunks
+        for source in (f"added-{n}" for n in range(100))
+        if (chunks := split([Document("the quokka molts", metadata={"source": source})]))[0].id
+        < (held[0].id or "")
+    )
+    add_chunks(store, added)
+
+    found = index.search("quokka", k=5)
+
+    assert index.catch_ups == 1
+    assert found[0][1] == found[1][1]  # a tie
+    assert [i for i, _ in found] == [added[0].id, held[0].id]

@@ -175,13 +175,11 @@ class Engine:
         while True:
             found = self.searcher.search(query, limit, count=False).hits
             rows = self.searcher.fast_field_values("slot", [address for _, address in found])
-            key = self.rows.key
-            hits = sorted(
-                zip(rows, (score for score, _ in found), strict=True),
-                key=lambda hit: (-hit[1], key(hit[0])),
-            )
+            hits = list(zip(rows, (score for score, _ in found), strict=True))
             if mask is not None:
                 hits = [hit for hit in hits if mask[hit[0]]]
+            key = self.rows.key
+            hits.sort(key=lambda hit: (-hit[1], key(hit[0])))
             if len(found) < limit or limit == held:  # every matching row was seen
                 return hits[:k]
             if len(hits) > k and hits[k - 1][1] > found[-1][0]:

@@ -393,6 +393,8 @@ class Rows:
 
     def key(self, row: int) -> bytes:
         """The row's id as stored: what orders rows by id."""
+        if len(self.parts) == 1:
+            return bytes(self.parts[0].ids[row])
         part, local = self._part(row)
         return bytes(part.ids[local])
 
