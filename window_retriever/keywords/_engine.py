@@ -25,15 +25,21 @@ from typing import Any
 
 import numpy as np
 
-from window_retriever.keywords._rows import Rows, RowsBuilder, digest
+from window_retriever.core._filters import Branch, Tree
+from window_retriever.keywords._rows import Rows, RowsBuilder, digest, token, value_token
 
 logger = logging.getLogger("window_retriever.keywords._index")
 
-FORMAT = 7
+FORMAT = 8
 """The saved index's layout; another value (or other tokenizer settings) means rebuild (4: the
 rows as arrays, ``keywords._rows``; 5: each row's digest, and the writes not yet settled; 6:
 the engine keys its documents by slot, updated in place; 7: the rows in parts, a catch-up's
-added beside those held)."""
+added beside those held; 8: the engine holds each row's filter tokens)."""
+
+NOTHING: Any = object()
+"""A filter no row passes (:meth:`Engine.filtered`)."""
+
+_EVERY: Any = object()
 
 TOKENIZER = {"stopwords": "en", "stemmer": "english", "lower": True, "pattern": r"(?u)\b\w\w+\b"}
 ENGINE = {"name": "tantivy", "version": "0.27", "k1": 1.2, "b": 0.75}
@@ -124,10 +130,11 @@ _SMALL_FILTER = 4096
 class Engine:
     """A tantivy index of the rows that hold a word, and its searcher.
 
-    Two fields: ``words`` (the row's stems, ranked by tantivy's BM25: k1 1.2, b 0.75) and
+    Three fields: ``words`` (the row's stems, ranked by tantivy's BM25: k1 1.2, b 0.75),
     ``slot`` (the row's slot, ``keywords._rows.Rows``: indexed, so a catch-up deletes by
-    it, and a fast field, read back as the row). ``path``: the folder it was opened from,
-    None in memory.
+    it, and a fast field, read back as the row) and ``filters`` (the row's filter tokens,
+    ``Part.tokens``: the keys it holds and their values, so that the engine decides a filter
+    on them, :meth:`filtered`). ``path``: the folder it was opened from, None in memory.
     """
 
     def __init__(self, index: Any, rows: Rows, path: Path | None = None) -> None:
@@ -143,22 +150,78 @@ class Engine:
         builder = tantivy.SchemaBuilder()
         builder.add_text_field("words", tokenizer_name="whitespace", index_option="freq")
         builder.add_unsigned_field("slot", indexed=True, fast=True)
+        builder.add_text_field("filters", tokenizer_name="raw", index_option="basic")
         return builder.build()
 
-    def top(self, stems: list[str], k: int, mask: np.ndarray | None) -> list[tuple[int, float]]:
+    def filtered(self, tree: Tree) -> Any:
+        """``tree`` as a query of the filter tokens, :data:`NOTHING`, or None if it cannot be.
+
+        A leaf on a key becomes the set of the tokens of the values it passes (each value
+        tested by its predicate, as on the rows), and the rows without the key if it passes
+        those; None where a part decides the key row by row, or a value it passes has no
+        token (too long).
+        """
+        tantivy = _tantivy()
+        schema, occur = self.index.schema, tantivy.Occur
+
+        def query(node: Tree) -> Any:
+            if isinstance(node, Branch):
+                parts = [query(part) for part in node.parts]
+                if any(part is None for part in parts):
+                    return None
+                if node.every:
+                    if any(part is NOTHING for part in parts):
+                        return NOTHING
+                    clauses = [(occur.Must, part) for part in parts if part is not _EVERY]
+                    return tantivy.Query.boolean_query(clauses) if clauses else _EVERY
+                if any(part is _EVERY for part in parts):
+                    return _EVERY
+                clauses = [(occur.Should, part) for part in parts if part is not NOTHING]
+                return tantivy.Query.boolean_query(clauses) if clauses else NOTHING
+            values = self.rows.values(node.key)
+            if values is None:
+                return None
+            tokens = [value_token(node.key, v) for v in values if node.predicate({node.key: v})]
+            if None in tokens:
+                return None
+            clauses = []
+            if tokens:
+                held = tantivy.Query.term_set_query(schema, "filters", tokens)
+                clauses.append((occur.Should, held))
+            if node.predicate({}):  # the rows without the key pass
+                has = tantivy.Query.term_query(schema, "filters", token(node.key))
+                every = [(occur.Must, tantivy.Query.all_query()), (occur.MustNot, has)]
+                clauses.append((occur.Should, tantivy.Query.boolean_query(every)))
+            return tantivy.Query.boolean_query(clauses) if clauses else NOTHING
+
+        found = query(tree)
+        return tantivy.Query.all_query() if found is _EVERY else found
+
+    def top(
+        self, stems: list[str], k: int, mask: np.ndarray | None, filtered: Any = None
+    ) -> list[tuple[int, float]]:
         """The ``k`` best rows (``mask`` passes, if given) and their scores; ties by id.
 
-        Tantivy allocates for the hits it is asked for, so it is never asked for more than
-        the documents it holds: any ``k`` costs what the index holds at most.
+        ``filtered``: the filter as a query of the engine (:meth:`filtered`), which then
+        finds the rows ``mask`` passes itself, and is asked for as many hits as without a
+        filter (else, for as many more as the filter is narrow). Tantivy allocates for the
+        hits it is asked for, so it is never asked for more than the documents it holds:
+        any ``k`` costs what the index holds at most.
         """
         tantivy = _tantivy()
         schema, should = self.index.schema, tantivy.Occur.Should
         clauses = [(should, tantivy.Query.term_query(schema, "words", stem)) for stem in stems]
         query = tantivy.Query.boolean_query(clauses)  # a repeated word counts once per repeat
         passing = None if mask is None else int(np.count_nonzero(mask))
-        if passing == 0:
+        if passing == 0 or filtered is NOTHING:
             return []
-        if mask is not None and passing is not None and passing <= _SMALL_FILTER:
+        if filtered is not None:
+            within = tantivy.Query.const_score_query(filtered, 0.0)  # adds nothing to the score
+            query = tantivy.Query.boolean_query(
+                [(tantivy.Occur.Must, query), (tantivy.Occur.Must, within)]
+            )
+            passing = None  # the engine finds the rows that pass: no more hits asked for
+        elif mask is not None and passing is not None and passing <= _SMALL_FILTER:
             slots = np.flatnonzero(mask).tolist()
             rows = tantivy.Query.term_set_query(schema, "slot", slots)
             within = tantivy.Query.const_score_query(rows, 0.0)  # adds nothing to the score
@@ -273,6 +336,8 @@ def _add(writer: Any, rows: Rows, which: Iterable[int]) -> int:
             document = tantivy.Document()
             document.add_text("words", text)
             document.add_unsigned("slot", row)
+            for held in rows.tokens(row):
+                document.add_text("filters", held)
             writer.add_document(document)
             added += 1
     return added

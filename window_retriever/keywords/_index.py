@@ -180,14 +180,19 @@ class KeywordIndex(KeptIndex):
             snapshot = self._current()
             if snapshot is None or snapshot.engine is None or not words:
                 return []
-            mask = None
+            mask = filtered = None
             tree = compile_tree(where) if where_document is None else None
             if tree is None:  # Chroma decides: keep the rows it returns
                 mask = self._allowed(snapshot, where, where_document)
             try:
                 if tree is not None and where is not None:
-                    mask = self._passing(snapshot, where, tree).mask
-                hits = snapshot.engine.top(words, k, mask)
+                    passing = self._passing(snapshot, where, tree)
+                    mask = passing.mask
+                    if not passing.queried:
+                        passing.query, passing.queried = snapshot.engine.filtered(tree), True
+                    if not snapshot.read:  # the engine holds each row's metadata as read
+                        filtered = passing.query
+                hits = snapshot.engine.top(words, k, mask, filtered)
                 rows = snapshot.rows
                 return [(rows.id(row), score) for row, score in hits]
             except BaseException as error:

@@ -247,6 +247,9 @@ class _Passing:
     ids: list[str] | None = None
     changes: int = 0
     """How many rows :meth:`KeywordIndex.correct` turned (an ``ids`` made meanwhile is not kept)."""
+    query: Any = None
+    """The filter as a query of the engine (``Engine.filtered``), once made."""
+    queried: bool = False
 
 
 class KeptIndex:

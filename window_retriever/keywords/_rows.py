@@ -113,6 +113,7 @@ class Part:
 
     __slots__ = (
         "_sorted",
+        "_tokens",
         "columns",
         "digests",
         "ids",
@@ -149,6 +150,7 @@ class Part:
         self.start = start
         self.origin = origin
         self._sorted: np.ndarray | None = None
+        self._tokens: dict[str, tuple[str, list[str | None]]] | None = None
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -221,6 +223,25 @@ class Part:
         table = np.fromiter((test({key: value}) for value in values), bool, len(values))
         passing: np.ndarray = np.append(table, test({}))[codes]  # code -1: no such key
         return passing
+
+    def tokens(self, row: int) -> list[str]:
+        """The row's filter tokens: for each key of a column, the key held, and its value.
+
+        What the engine indexes so that it decides a filter itself (``keywords._engine``).
+        """
+        if self._tokens is None:
+            self._tokens = {
+                key: (token(key), [value_token(key, value) for value in values])
+                for key, (_, values) in self.columns.items()
+            }
+        found = []
+        for key, (held, of_value) in self._tokens.items():
+            code = int(self.columns[key][0][row])
+            if code >= 0:
+                found.append(held)
+                if (value := of_value[code]) is not None:
+                    found.append(value)
+        return found
 
     def metadata_at(self, row: int) -> dict[str, Any]:
         stored = self.metadata[row]
@@ -420,6 +441,10 @@ class Rows:
         part, local = self._part(row)
         return part.words[local].decode()
 
+    def tokens(self, row: int) -> list[str]:
+        part, local = self._part(row)
+        return part.tokens(local)
+
     def rows_of(self, ids: Sequence[str]) -> np.ndarray:
         """Each id's row, or -1 for an id not held (a binary search in each part)."""
         found = np.full(len(ids), -1, dtype=np.int64)
@@ -464,6 +489,20 @@ class Rows:
         mask = np.concatenate([part.mask(tree) for part in self.parts])
         mask[self.dead] = False
         return mask
+
+    def values(self, key: str) -> list[Any] | None:
+        """Every value of ``key`` a row holds (and some a dead one held), once each.
+
+        None where a part decides the key row by row (too many values for a column).
+        """
+        if any(key in part.wide for part in self.parts):
+            return None
+        found: dict[tuple[type, Any], Any] = {}
+        for part in self.parts:
+            if key in part.columns:
+                for value in part.columns[key][1]:
+                    found.setdefault(_value_key(value), value)
+        return list(found.values())
 
     def changed(self, gone: np.ndarray, added: Rows) -> Rows:
         """These rows with the slots ``gone`` dead and ``added``'s rows at the slots after.
@@ -631,6 +670,26 @@ _NEW: Any = object()
 def _value_key(value: Any) -> tuple[type, Any]:
     """A value as a dict key that keeps its type: ``1``, ``1.0`` and ``True`` stay three."""
     return (value.__class__, orjson.dumps(value) if value.__class__ is list else value)
+
+
+TOKEN_BYTES = 1024
+"""A value whose filter token is longer is not indexed: a filter that passes it is decided on
+the rows (tantivy refuses a term of 64 KiB or more)."""
+
+
+def token(key: str) -> str:
+    """The filter token of a row that holds ``key``."""
+    return orjson.dumps([key]).decode()
+
+
+def value_token(key: str, value: Any) -> str | None:
+    """The filter token of a row whose ``key`` holds ``value``, or None if too long.
+
+    Its type kept: ``1``, ``1.0`` and ``True`` are three. Longer than :data:`TOKEN_BYTES`:
+    None, not indexed.
+    """
+    found = orjson.dumps([key, value.__class__.__name__, value]).decode()
+    return found if len(found) <= TOKEN_BYTES else None
 
 
 def digest(text: str, metadata: Mapping[str, Any]) -> int:
