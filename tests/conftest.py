@@ -1,22 +1,26 @@
-"""Shared fixtures: real Chroma collections (in memory or on disk), a spy on store calls, and a
-heartbeat that tells whether async calls leave the event loop free."""
+"""Shared fixtures: real Chroma collections (in memory or on disk), a spy on store calls, the
+keyword index's clock held still, and a real Chroma server on loopback (with proxies in front).
+
+The helpers they are built on, which test modules import too, are in ``tests/helpers``.
+"""
 
 from __future__ import annotations
 
-import asyncio
-import itertools
 import os
 import time
 import uuid
-from collections import Counter
-from collections.abc import Awaitable, Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import chromadb
 import pytest
 from langchain_chroma import Chroma
+from langchain_core.documents import Document
 from langchain_core.embeddings import DeterministicFakeEmbedding, Embeddings
+
+from tests.helpers.servers import ChromaServer, GuardedProxy
+from tests.helpers.stores import SPIED, SPIED_CLIENT, FakeClock, StoreSpy, drop_collection
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -67,81 +71,6 @@ def make_store(chroma_client: Any) -> Iterator[Callable[..., Chroma]]:
         feed = FEED_PREFIX + str(chroma_client.get_collection(name).id)
         drop_collection(chroma_client, name)
         drop_collection(chroma_client, feed)
-
-
-def add_file_f(store: Chroma) -> None:
-    """Store one file ``f`` of six stamped chunks, ``f:0`` to ``f:5``, 50 characters apart."""
-    from langchain_core.documents import Document
-
-    documents = [
-        Document(
-            f"chunk {i} " + "x" * 40,
-            metadata={
-                "file_id": "f",
-                "chunk_index": i,
-                "start_index": 50 * i,
-                "chunk_id": f"f:{i}",
-            },
-        )
-        for i in range(6)
-    ]
-    store.add_documents(documents, ids=[f"f:{i}" for i in range(6)])
-
-
-def drop_collection(client: Any, name: str) -> None:
-    """Delete a collection, if there is one, and its records first, so it leaves nothing behind.
-
-    Every ``chromadb.EphemeralClient()`` of a process is one Chroma (one SQLite database), and
-    chromadb 1.5.9's ``delete_collection`` leaves the records' list-valued metadata in it
-    (chroma-core/chroma#7594): the next record to reuse a deleted record's internal row id, in
-    any collection, inherits those lists (a ``{"groups": ["staff"]}`` on a record written
-    without it). Deleting the records by id removes them whole.
-    """
-    from chromadb.errors import NotFoundError
-
-    try:
-        collection = client.get_collection(name)
-    except NotFoundError:
-        return
-    ids = collection.get(include=[])["ids"]
-    for start in range(0, len(ids), 5000):  # under Chroma's limit of ids in one call
-        collection.delete(ids=ids[start : start + 5000])
-    client.delete_collection(name)
-
-
-class StoreSpy:
-    """Every call that reaches one Chroma collection: its name, arguments and ids carried.
-
-    The retrieval's own calls and those of the keyword index beside it (its checks, its
-    reads, the change feed): ``log`` holds ``(name, keyword arguments, ids carried)`` in call
-    order, and ``calls`` counts them by name. A name is the method called: a collection's
-    (``query``, ``get``, ``count``, ``modify``, ...), or the client's for this collection
-    (``get_collection``, ...); ``feed.`` before it for the collection's keyword change feed
-    (``feed.get``, ``feed.get_collection``, ...). A ``get`` carries the ids it sent or
-    returned, whichever is more; a call that raised is logged too.
-    """
-
-    def __init__(self) -> None:
-        self.log: list[tuple[str, dict[str, Any], int]] = []
-
-    @property
-    def calls(self) -> Counter[str]:
-        return Counter(name for name, _, _ in self.log)
-
-    def reset(self) -> None:
-        self.log.clear()
-
-
-SPIED = ("get", "query", "count", "peek", "add", "upsert", "update", "delete", "modify")
-"""The collection methods a :class:`StoreSpy` sees: every read and write of a collection."""
-
-SPIED_CLIENT = (
-    "get_collection",
-    "get_or_create_collection",
-    "create_collection",
-    "delete_collection",
-)
-"""The client methods a :class:`StoreSpy` sees, for the collections it watches (by name)."""
 
 
 @pytest.fixture
@@ -229,37 +158,6 @@ def spy_on(monkeypatch: pytest.MonkeyPatch) -> Callable[[Chroma], StoreSpy]:
     return attach
 
 
-async def longest_pause(*calls: Awaitable[Any]) -> tuple[float, list[Any]]:
-    """Run ``calls`` together beside a heartbeat; return the longest pause between beats.
-
-    A store call that ran on the event loop would stall the heartbeat for as long as it takes.
-    """
-    beats: list[float] = []
-
-    async def heartbeat() -> None:
-        while True:
-            beats.append(time.perf_counter())
-            await asyncio.sleep(0.01)
-
-    ticker = asyncio.create_task(heartbeat())
-    await asyncio.sleep(0.02)
-    results = await asyncio.gather(*calls)
-    await asyncio.sleep(0.02)
-    ticker.cancel()
-    return max(b - a for a, b in itertools.pairwise(beats)), results
-
-
-class FakeClock:
-    """A clock that moves only when a test says (``clock.now += 2``): the keyword index's
-    check interval without sleeps."""
-
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 @pytest.fixture
 def held_still(monkeypatch: pytest.MonkeyPatch) -> Callable[[Chroma], FakeClock]:
     """Stop the clock of a store's keyword index (made by a warm-up), checked now.
@@ -295,3 +193,32 @@ def fresh_keyword_indexes() -> Iterator[None]:
     KeywordIndex._shared.clear()
     yield
     KeywordIndex._shared.clear()
+
+
+@pytest.fixture
+def pages() -> tuple[Chroma, tuple[Document, ...], dict[str, str]]:
+    from tests.helpers.pages import example_store
+
+    return example_store()
+
+
+@pytest.fixture(scope="session")
+def chroma_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A real Chroma server on loopback, started from this environment's ``chroma``."""
+    server = ChromaServer(tmp_path_factory.mktemp("chroma-server"))
+    yield server.url
+    server.stop()
+
+
+@pytest.fixture
+def guarded_server(chroma_server: str) -> Iterator[Callable[..., GuardedProxy]]:
+    """Start proxies in front of the session's Chroma server that accept only given headers."""
+    proxies: list[GuardedProxy] = []
+
+    def start(accepted: dict[str, str], delay: float = 0.0) -> GuardedProxy:
+        proxies.append(GuardedProxy(chroma_server, accepted, delay))
+        return proxies[-1]
+
+    yield start
+    for proxy in proxies:
+        proxy.close()

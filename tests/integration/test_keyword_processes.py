@@ -12,13 +12,10 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-import chromadb
 import pytest
-from langchain_chroma import Chroma
 from langchain_core.documents import Document
-from langchain_core.embeddings import DeterministicFakeEmbedding
 
-from tests.integration.conftest import run_script, unique
+from tests.helpers.servers import OPEN, run_script, server_store, unique
 from window_retriever.keywords._index import KeywordIndex
 from window_retriever.keywords._lifecycle import COUNT_EVERY
 from window_retriever.stores._chroma_keywords import keyword_index
@@ -32,28 +29,6 @@ FILLER = [
     "Proxies can be configured per scheme, for http and https separately.",
 ]
 OPTION = "Set max_retries on the adapter to retry failed connections a few times."
-
-OPEN = """
-import json, os, sys
-config = json.loads(sys.argv[1])
-if "cache" in config:  # this "machine"'s cache folder
-    os.environ["WINDOW_RETRIEVER_CACHE"] = config["cache"]
-import chromadb
-from langchain_chroma import Chroma
-from langchain_core.documents import Document
-from langchain_core.embeddings import DeterministicFakeEmbedding
-from window_retriever.stores._chroma_keywords import ChromaKeywordSource, keyword_index
-from window_retriever.keywords._index import KeywordIndex
-if "host" in config:
-    client = chromadb.HttpClient(host=config["host"], port=config["port"])
-else:
-    client = chromadb.PersistentClient(path=config["path"])
-store = Chroma(
-    collection_name=config["name"],
-    embedding_function=DeterministicFakeEmbedding(size=16),
-    client=client,
-)
-"""
 
 
 def run(script: str, config: dict[str, Any]) -> Any:
@@ -71,18 +46,6 @@ class FakeClock:
 
 def ids(found: list[tuple[str, float]]) -> list[str]:
     return [chunk_id for chunk_id, _ in found]
-
-
-def server_store(url: str, prefix: str) -> tuple[dict[str, Any], Chroma]:
-    """A new collection on the server at ``url``: the scripts' config, and this process's store."""
-    address = urlsplit(url)
-    config = {"host": address.hostname, "port": address.port, "name": unique(prefix)}
-    store = Chroma(
-        collection_name=config["name"],
-        embedding_function=DeterministicFakeEmbedding(size=16),
-        client=chromadb.HttpClient(host=address.hostname, port=address.port),
-    )
-    return config, store
 
 
 @pytest.fixture(autouse=True)

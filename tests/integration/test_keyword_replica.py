@@ -21,7 +21,7 @@ from langchain_chroma import Chroma
 from langchain_core.documents import Document
 
 import window_retriever.keywords._lifecycle as lifecycle
-from tests.integration.test_keyword_processes import OPEN, server_store
+from tests.helpers.servers import OPEN, server_store
 from window_retriever import WindowSplitter, add_chunks, sync_file
 from window_retriever.keywords._index import KeywordIndex
 from window_retriever.stores._chroma_keywords import ChromaKeywordSource, keyword_index

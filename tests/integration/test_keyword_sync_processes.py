@@ -20,7 +20,7 @@ import pytest
 from langchain_chroma import Chroma
 from langchain_core.embeddings import DeterministicFakeEmbedding
 
-from tests.integration.conftest import run_script, unique
+from tests.helpers.servers import run_script, unique
 from window_retriever import ingest, open_store
 from window_retriever.keywords._index import KeywordIndex
 from window_retriever.keywords._lifecycle import GENERATION_KEY

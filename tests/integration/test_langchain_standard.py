@@ -6,7 +6,7 @@ from typing import Any
 
 from langchain_tests.integration_tests import RetrieversIntegrationTests
 
-from tests.integration.conftest import example_store
+from tests.helpers.pages import example_store
 from window_retriever import ContextWindowRetriever
 
 

@@ -18,14 +18,8 @@ from urllib.parse import urlsplit
 import pytest
 from langchain_core.embeddings import DeterministicFakeEmbedding
 
-from tests.integration.conftest import (
-    TOKEN,
-    ChromaServer,
-    GuardedProxy,
-    _free_port,
-    notes,
-    unique,
-)
+from tests.helpers.pages import notes
+from tests.helpers.servers import TOKEN, ChromaServer, GuardedProxy, _free_port, unique
 from window_retriever import (
     ConfigurationError,
     ContextWindowRetriever,

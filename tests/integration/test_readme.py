@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 from langchain_core.language_models.fake_chat_models import FakeListChatModel
 
-from tests.integration.conftest import PAGES, load_page
+from tests.helpers.pages import PAGES, load_page
 from window_retriever import ContextWindowRetriever
 from window_retriever.cli._commands import DEMO_QUESTION
 from window_retriever.cli._parser import main

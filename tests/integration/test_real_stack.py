@@ -8,8 +8,8 @@ import numpy as np
 from langchain_chroma import Chroma
 from langchain_core.documents import Document
 
-from tests.conftest import FakeClock, StoreSpy
-from tests.integration.conftest import example_store_directory
+from tests.helpers.pages import example_store_directory
+from tests.helpers.stores import FakeClock, StoreSpy
 from window_retriever import ContextWindowRetriever, default_embeddings
 
 Pages = tuple[Chroma, tuple[Document, ...], dict[str, str]]

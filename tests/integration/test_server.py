@@ -20,7 +20,8 @@ from langchain_chroma import Chroma
 from langchain_core.documents import Document
 from langchain_core.embeddings import DeterministicFakeEmbedding, Embeddings
 
-from tests.integration.conftest import TOKEN, GuardedProxy, fill, notes, unique
+from tests.helpers.pages import fill, notes
+from tests.helpers.servers import TOKEN, GuardedProxy, unique
 from window_retriever import (
     ContextWindowRetriever,
     StoreError,

@@ -22,7 +22,8 @@ import pytest
 from langchain_core.documents import Document
 from langchain_core.embeddings import DeterministicFakeEmbedding
 
-from tests.integration.conftest import TOKEN, ChromaServer, GuardedProxy, fill, unique
+from tests.helpers.pages import fill
+from tests.helpers.servers import TOKEN, ChromaServer, GuardedProxy, unique
 from window_retriever import ContextWindowRetriever, StoreError, WindowSplitter, open_store
 from window_retriever.cli._parser import main
 from window_retriever.stores._chroma_errors import store_errors

@@ -17,7 +17,7 @@ from langchain_chroma import Chroma
 from langchain_core.documents import Document
 from langchain_text_splitters import RecursiveCharacterTextSplitter
 
-from tests.conftest import longest_pause
+from tests.helpers.stores import longest_pause
 from window_retriever import (
     ChromaWindowStore,
     ContextWindowRetriever,

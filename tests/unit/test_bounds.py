@@ -17,16 +17,14 @@ import numpy as np
 import orjson
 import pytest
 from langchain_chroma import Chroma
-from langchain_core.documents import Document
 from langchain_core.embeddings import DeterministicFakeEmbedding
-from langchain_text_splitters import RecursiveCharacterTextSplitter
 
+from tests.helpers.corpora import QUESTION, pages
 from window_retriever import (
     ConfigurationError,
     ContextWindowRetriever,
     MemoryWindowStore,
     StoreError,
-    WindowSplitter,
     add_chunks,
 )
 from window_retriever.keywords._engine import Engine
@@ -35,26 +33,6 @@ from window_retriever.keywords._lifecycle import FOLDER
 from window_retriever.stores import keyword_index
 
 pytestmark = pytest.mark.usefixtures("fresh_keyword_indexes")
-
-QUESTION = "pottery kiln"
-
-
-def pages() -> list[Document]:
-    """Two files of tenant acme, 20 chunks of about 200 characters each, stamped."""
-    texts = {
-        "a.txt": "\n\n".join(
-            f"Paragraph {i} on pottery glaze and kiln {i}. " * 3 for i in range(20)
-        ),
-        "b.txt": "\n\n".join(f"Note {i} on garden soil and compost {i}. " * 3 for i in range(20)),
-    }
-    splitter = WindowSplitter(RecursiveCharacterTextSplitter(chunk_size=200, chunk_overlap=20))
-    return splitter.split_documents(
-        [
-            Document(text, metadata={"source": source, "tenant": "acme"})
-            for source, text in texts.items()
-        ]
-    )
-
 
 # ---- k, fetch_k and budgets: nothing allocated grows with them -----------------------------
 
@@ -76,7 +54,8 @@ import json, resource, sys
 import chromadb
 from langchain_chroma import Chroma
 from langchain_core.embeddings import DeterministicFakeEmbedding
-from tests.unit.test_bounds import HUGE, QUESTION, pages
+from tests.helpers.corpora import QUESTION, pages
+from tests.unit.test_bounds import HUGE
 from window_retriever import ContextWindowRetriever, add_chunks
 from window_retriever.stores import keyword_index
 
@@ -329,7 +308,7 @@ import json, sys
 from pathlib import Path
 from langchain_chroma import Chroma
 from langchain_core.embeddings import DeterministicFakeEmbedding
-from tests.unit.test_bounds import QUESTION, pages
+from tests.helpers.corpora import QUESTION, pages
 from window_retriever import add_chunks
 from window_retriever.keywords._index import KeywordIndex
 from window_retriever.keywords._lifecycle import FOLDER

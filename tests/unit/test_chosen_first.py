@@ -16,14 +16,14 @@ import pytest
 from langchain_chroma import Chroma
 from langchain_core.documents import Document
 
-from tests.conftest import FakeClock, StoreSpy
-from tests.unit.test_budget import (
+from tests.helpers.corpora import (
     TOPICS,
     TieFreeEmbeddings,
     distinct_conversations,
     split,
     turns,
 )
+from tests.helpers.stores import FakeClock, StoreSpy
 from window_retriever import ContextWindowRetriever, add_chunks
 from window_retriever.stores import ChromaWindowStore
 from window_retriever.stores._chroma_keywords import invalidate_keywords

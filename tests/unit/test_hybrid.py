@@ -18,7 +18,7 @@ from langchain_core.documents import Document
 from langchain_core.retrievers import BaseRetriever
 from langchain_text_splitters import RecursiveCharacterTextSplitter
 
-from tests.conftest import add_file_f
+from tests.helpers.stores import add_file_f
 from window_retriever import (
     ConfigurationError,
     ContextWindowRetriever,

@@ -12,7 +12,7 @@ from langchain_core.documents import Document
 from langchain_core.embeddings import Embeddings
 from langchain_text_splitters import RecursiveCharacterTextSplitter
 
-from tests.conftest import FakeClock, StoreSpy
+from tests.helpers.stores import FakeClock, StoreSpy
 from window_retriever import ConfigurationError, ContextWindowRetriever, WindowSplitter, add_chunks
 from window_retriever.evaluation import parse_configs
 from window_retriever.evaluation.questions import Question

@@ -18,8 +18,8 @@ import pytest
 from langchain_chroma import Chroma
 from langchain_core.documents import Document
 
-from tests.conftest import FakeClock, StoreSpy
-from tests.unit.test_budget import TieFreeEmbeddings, distinct_conversations, split, turns
+from tests.helpers.corpora import TieFreeEmbeddings, distinct_conversations, split, turns
+from tests.helpers.stores import FakeClock, StoreSpy
 from window_retriever import ContextWindowRetriever, add_chunks
 from window_retriever.keywords._lifecycle import COUNT_EVERY
 from window_retriever.retrieval._candidates import search_ids

@@ -24,7 +24,7 @@ from langchain_core.documents import Document
 from langchain_core.embeddings import DeterministicFakeEmbedding
 
 import window_retriever
-from tests.conftest import FakeClock
+from tests.helpers.stores import FakeClock
 from window_retriever import ConfigurationError
 from window_retriever.evaluation.counting import CountingStore
 from window_retriever.keywords._engine import Fingerprint

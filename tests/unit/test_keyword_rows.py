@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import window_retriever.keywords._rows as keyword_rows
-from tests.integration.test_filters_vs_chroma import RECORDS, filters
+from tests.helpers.filters import RECORDS, filters
 from window_retriever.core._filters import compile_tree, predicate_of
 from window_retriever.keywords._rows import Rows, RowsBuilder
 

@@ -16,7 +16,7 @@ from langchain_chroma import Chroma
 from langchain_core.documents import Document
 from langchain_core.embeddings import DeterministicFakeEmbedding, Embeddings
 
-from tests.conftest import FakeClock
+from tests.helpers.stores import FakeClock
 from window_retriever import MemoryWindowStore, WindowSplitter, add_chunks, ingest, sync_file
 from window_retriever.ingestion._prune import prune_missing, remove_file
 from window_retriever.keywords._index import KeywordIndex

@@ -13,8 +13,8 @@ from langchain_chroma import Chroma
 from langchain_core.documents import Document
 from langchain_core.embeddings import Embeddings
 
-from tests.conftest import StoreSpy, add_file_f
-from tests.unit.test_budget import TOPICS, KeywordEmbeddings, split, turns
+from tests.helpers.corpora import TOPICS, KeywordEmbeddings, split, turns
+from tests.helpers.stores import StoreSpy, add_file_f
 from window_retriever import ContextWindowRetriever, add_chunks
 from window_retriever.core._ids import make_chunk_id
 from window_retriever.retrieval._pool import position_of

@@ -13,7 +13,7 @@ from langchain_core.embeddings import DeterministicFakeEmbedding
 from langchain_core.vectorstores import InMemoryVectorStore
 from langchain_text_splitters import RecursiveCharacterTextSplitter
 
-from tests.conftest import StoreSpy, longest_pause
+from tests.helpers.stores import StoreSpy, longest_pause
 from window_retriever import (
     ConfigurationError,
     ContextWindowRetriever,
@@ -599,7 +599,7 @@ def test_relevance_score_follows_a_cosine_chroma_collection_on_every_path(
     """The default (hybrid, adaptive, the keyword index's stand-ins) and the plain path."""
     import uuid
 
-    from tests.conftest import drop_collection
+    from tests.helpers.stores import drop_collection
     from window_retriever.stores._chroma_keywords import FEED_PREFIX
 
     name = f"test-cosine-{uuid.uuid4().hex[:8]}"

@@ -17,8 +17,7 @@ import pytest
 from langchain_chroma import Chroma
 from langchain_core.documents import Document
 
-from tests.conftest import FakeClock, StoreSpy
-from tests.unit.test_budget import (
+from tests.helpers.corpora import (
     TOPICS,
     KeywordEmbeddings,
     ModernStore,
@@ -26,6 +25,7 @@ from tests.unit.test_budget import (
     split,
     turns,
 )
+from tests.helpers.stores import FakeClock, StoreSpy
 from window_retriever import ContextWindowRetriever, MissingWindowMetadataError, add_chunks
 
 

@@ -11,7 +11,7 @@ from langchain_chroma import Chroma
 from langchain_core.documents import Document
 from langchain_text_splitters import RecursiveCharacterTextSplitter
 
-from tests.conftest import StoreSpy
+from tests.helpers.stores import StoreSpy
 from window_retriever import OwnershipError, WindowSplitter, add_chunks, sync_file
 from window_retriever.ingestion import _write as ingest_module
 from window_retriever.ingestion._prune import prune_missing

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.unit.test_windows import EVERYWHERE, by_position, make_file
+from tests.helpers.windows import EVERYWHERE, by_position, make_file
 from window_retriever.core._assembly import assemble
 from window_retriever.core._windows import (
     Chunk,
