@@ -37,9 +37,9 @@ lint: $(VENV)/.installed
 typecheck: $(VENV)/.installed
 	$(VENV)/bin/mypy
 
-## unit: the fast offline unit tests only
+## unit: the fast offline unit tests only (every test not marked integration)
 unit: $(VENV)/.installed
-	$(PY) -m pytest -n 2 tests/unit
+	$(PY) -m pytest -n 2 -m "not integration"
 
 ## notebook: execute examples/demo.ipynb from a clean kernel and save it with its outputs
 notebook: $(VENV)/.installed

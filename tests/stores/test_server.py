@@ -30,6 +30,8 @@ from window_retriever import (
 from window_retriever.cli._parser import main
 from window_retriever.stores import ChromaWindowStore
 
+pytestmark = pytest.mark.integration
+
 Guard = Callable[..., GuardedProxy]
 
 

@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 
 import window_retriever.keywords._engine as keyword_engine
 import window_retriever.keywords._rows as keyword_rows
-from tests.integration.test_filters_vs_chroma import RECORDS, filters
+from tests.helpers.filters import RECORDS, filters
 from window_retriever.core._filters import compile_tree
 from window_retriever.keywords._engine import (
     NOTHING,

@@ -22,6 +22,8 @@ import pytest
 
 from window_retriever.cli._parser import main
 
+pytestmark = pytest.mark.integration
+
 COMMAND = [sys.executable, "-m", "window_retriever"]
 
 

@@ -5,12 +5,15 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import numpy as np
+import pytest
 from langchain_chroma import Chroma
 from langchain_core.documents import Document
 
 from tests.helpers.pages import example_store_directory
 from tests.helpers.stores import FakeClock, StoreSpy
 from window_retriever import ContextWindowRetriever, default_embeddings
+
+pytestmark = pytest.mark.integration
 
 Pages = tuple[Chroma, tuple[Document, ...], dict[str, str]]
 QUESTION = "How do I make sure a file is closed after reading it, even if an exception is raised?"

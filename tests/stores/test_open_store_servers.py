@@ -1,6 +1,6 @@
 """open_store against real servers: IPv6 loopback, and a credential-checking proxy.
 
-The offline checks of every message are in ``tests/unit/test_open_store.py``; here the real
+The offline checks of every message are in ``tests/stores/test_open_store.py``; here the real
 ``chroma run`` and real HTTP prove that what is sent and said holds on the wire.
 """
 
@@ -30,6 +30,8 @@ from window_retriever import (
 )
 from window_retriever.cli._parser import main
 from window_retriever.stores import ChromaWindowStore
+
+pytestmark = pytest.mark.integration
 
 ENV_URL, ENV_TOKEN = "WINDOW_RETRIEVER_CHROMA_URL", "WINDOW_RETRIEVER_CHROMA_TOKEN"
 Guard = Callable[..., GuardedProxy]

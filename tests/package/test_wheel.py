@@ -14,6 +14,10 @@ import sys
 import zipfile
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.integration
+
 ROOT = Path(__file__).parents[2]
 PAGES = ("README.md", "datastructures.html", "errors.html", "inputoutput.html")
 

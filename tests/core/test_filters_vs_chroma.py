@@ -31,6 +31,8 @@ from window_retriever import ContextWindowRetriever
 from window_retriever.core._filters import KNOWN_OPERATORS, check_where, compile_where
 from window_retriever.stores import keyword_index
 
+pytestmark = pytest.mark.integration
+
 
 @pytest.fixture(scope="module")
 def collection() -> Any:

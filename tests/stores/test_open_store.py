@@ -2,7 +2,7 @@
 
 The server is faked at the HTTP layer (``httpx.MockTransport``): what is checked here is what
 open_store sends and says, before any real server answers. The real server, a credential-
-checking proxy and IPv6 loopback are in ``tests/integration/test_open_store.py``.
+checking proxy and IPv6 loopback are in ``tests/stores/test_open_store_servers.py``.
 """
 
 from __future__ import annotations

@@ -55,7 +55,7 @@ import chromadb
 from langchain_chroma import Chroma
 from langchain_core.embeddings import DeterministicFakeEmbedding
 from tests.helpers.corpora import QUESTION, pages
-from tests.unit.test_bounds import HUGE
+from tests.retrieval.test_bounds import HUGE
 from window_retriever import ContextWindowRetriever, add_chunks
 from window_retriever.stores import keyword_index
 

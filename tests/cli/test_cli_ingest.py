@@ -21,6 +21,8 @@ import pytest
 from window_retriever._embeddings import MiniLMEmbeddings
 from window_retriever.cli._parser import main
 
+pytestmark = pytest.mark.integration
+
 
 def html(title: str, paragraphs: list[str]) -> bytes:
     body = "".join(f"<p>{p}</p>" for p in paragraphs)

@@ -260,7 +260,7 @@ def test_async_a_vector_search_error_cancels_the_started_task_and_leaves_no_erro
 
 FORKED_CHILD = """
 import os, signal, sys
-from tests.unit.test_beside import legs
+from tests.retrieval.test_beside import legs
 from window_retriever import ContextWindowRetriever
 from window_retriever.retrieval import _beside as beside_module
 

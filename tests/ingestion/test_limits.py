@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import chromadb
+import pytest
 from langchain_chroma import Chroma
 from langchain_core.embeddings import DeterministicFakeEmbedding
 from langchain_text_splitters import RecursiveCharacterTextSplitter
@@ -20,6 +21,8 @@ from window_retriever import ContextWindowRetriever, LoadOptions, WindowSplitter
 from window_retriever.ingestion._pipeline import ingest_sources
 from window_retriever.ingestion._prune import origins_of, prune_missing
 from window_retriever.ingestion._write import MAX_IDS_PER_CALL
+
+pytestmark = pytest.mark.integration
 
 BIG = MAX_IDS_PER_CALL + 700  # chunks of the big file: more than one call may name
 SPLITTER = WindowSplitter(

@@ -2,7 +2,7 @@
 
 The standard contract (``k`` in the constructor and in ``invoke``, documents from ``invoke``
 and ``ainvoke``) is checked on every fast run, not only with the real packaged model in
-``tests/integration/test_langchain_standard.py``. ``DeterministicFakeEmbedding`` ranks chunks
+``tests/retrieval/test_langchain_standard.py``. ``DeterministicFakeEmbedding`` ranks chunks
 at random but always alike, which is all the contract needs; the store is a real in-memory
 Chroma (``make_store``), filled with ``add_chunks``.
 

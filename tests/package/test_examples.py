@@ -17,6 +17,8 @@ from typing import Any
 
 import pytest
 
+pytestmark = pytest.mark.integration
+
 ROOT = Path(__file__).parents[2]
 EXAMPLES = ROOT / "examples"
 NOTEBOOK = EXAMPLES / "demo.ipynb"

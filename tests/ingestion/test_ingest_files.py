@@ -14,6 +14,9 @@ from pathlib import Path
 from typing import Any
 
 import chromadb
+import pytest
+
+pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).parents[2]
 

@@ -62,7 +62,7 @@ KILLED = """
 import os, signal
 from window_retriever import sync_file
 from window_retriever.stores._chroma import ChromaWindowStore
-from tests.integration.test_keyword_replica import pages, NEW
+from tests.keywords.test_keyword_replica import pages, NEW
 
 def killed(self):  # the moment between the write and telling it: killed there
     os.kill(os.getpid(), signal.SIGKILL)

@@ -3,7 +3,7 @@
 Filters Chroma would refuse with a bare ``Invalid where clause``, a store directory that is a
 file, and a collection built with another embedding model (embedded Chroma, offline). The
 server's failures (timeouts, refused credentials, a server gone) are in
-``tests/integration/test_server_failures.py``.
+``tests/stores/test_server_failures.py``.
 """
 
 from __future__ import annotations

@@ -27,6 +27,8 @@ from window_retriever.keywords._lifecycle import GENERATION_KEY
 from window_retriever.stores import ChromaWindowStore
 from window_retriever.stores._chroma_keywords import keyword_index
 
+pytestmark = pytest.mark.integration
+
 ROOT = Path(__file__).parents[2]
 COMMON = "manual"
 INTERVAL = 0.2

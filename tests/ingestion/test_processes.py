@@ -9,7 +9,7 @@ reader have seen a page that was stored before go missing, a page half written o
 is neither an old nor a new version, a chunk of unknown text, or a window that is not a span
 of a known page with that page's provenance.
 
-The reader is this module run as a script (``python -m tests.integration.test_processes
+The reader is this module run as a script (``python -m tests.ingestion.test_processes
 CONFIG OUT``). Processes coordinate by pipes, never by sleeps: the reader prints "ready" after
 its first round, and stops after one more round once its stdin closes, which the test does
 when both writers have exited. Times are ``time.monotonic()``: on Linux one clock
@@ -373,7 +373,7 @@ class Reader:
         self.out = folder / "reader.jsonl"
         self.errors = (folder / "reader-stderr.txt").open("w+")
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "tests.integration.test_processes", str(config), str(self.out)],
+            [sys.executable, "-m", "tests.ingestion.test_processes", str(config), str(self.out)],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=self.errors,

@@ -1,7 +1,7 @@
 """A Chroma server that fails after the store was opened: one line naming the server and the fix.
 
 Each test starts its own ``chroma run`` on loopback (it will stop, pause or lose it) or puts the
-credential-checking proxy of conftest.py in front of the session's server. A server that stops
+credential-checking proxy of tests/helpers/servers.py in front of the session's server. A server that stops
 answering must not block a caller: each wait is bounded by a deadline far above the timeout
 given, and a call still running at the deadline fails the test.
 """
@@ -27,6 +27,8 @@ from tests.helpers.servers import TOKEN, ChromaServer, GuardedProxy, unique
 from window_retriever import ContextWindowRetriever, StoreError, WindowSplitter, open_store
 from window_retriever.cli._parser import main
 from window_retriever.stores._chroma_errors import store_errors
+
+pytestmark = pytest.mark.integration
 
 Guard = Callable[..., GuardedProxy]
 DEADLINE = 60.0

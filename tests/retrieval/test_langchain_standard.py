@@ -4,10 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from langchain_tests.integration_tests import RetrieversIntegrationTests
 
 from tests.helpers.pages import example_store
 from window_retriever import ContextWindowRetriever
+
+pytestmark = pytest.mark.integration
 
 
 class TestContextWindowRetrieverStandard(RetrieversIntegrationTests):

@@ -27,6 +27,8 @@ from window_retriever import ContextWindowRetriever
 from window_retriever.cli._commands import DEMO_QUESTION
 from window_retriever.cli._parser import main
 
+pytestmark = pytest.mark.integration
+
 ROOT = Path(__file__).parents[2]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 TEXTS = {page.relative_to(ROOT).as_posix(): page.read_text(encoding="utf-8") for page in DOCS}

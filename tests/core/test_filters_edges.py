@@ -2,7 +2,7 @@
 
 Chroma compares a number operand as one int with the int values and as one float with the
 float values (``core/_filters.py`` states the rule; the differential test in
-tests/integration/test_filters_vs_chroma.py holds it to Chroma). Each case below is one that
+tests/core/test_filters_vs_chroma.py holds it to Chroma). Each case below is one that
 Chroma itself answered, and that the evaluator answered otherwise before it followed the rule:
 a chunk the filter hides let through (a leak), or one it passes dropped.
 """
