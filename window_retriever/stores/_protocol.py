@@ -7,7 +7,7 @@ request objects (:class:`Search`, :class:`SearchIds`, :class:`SearchVectors`, :c
 run by :func:`execute` and :func:`aexecute`, so its sync and async paths share one body.
 Ingestion speaks to it through the write methods. ``window_retriever.ChromaWindowStore`` and
 ``window_retriever.MemoryWindowStore`` implement both; the same behavioural tests run
-against each (``tests/unit/test_store_contract.py``).
+against each (``tests/stores/test_store_contract.py``).
 
 The rules every store keeps (the retriever and ingestion rely on them):
 
