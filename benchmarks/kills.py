@@ -1,6 +1,7 @@
 """Writers killed at random moments: does a reader serve a state it does not hold (issue 39)?
 
-Usage: ``python benchmarks/kills.py [--kills 50] [--kinds library,cli] [--json OUT]`` (about
+Usage: ``python benchmarks/kills.py [--kills 50] [--kinds library,cli] [--in-place] [--json
+OUT]`` (about
 10 minutes; on a shared machine hold the lock: ``flock /tmp/bench.lock python
 benchmarks/kills.py``).
 
@@ -233,7 +234,17 @@ def main() -> int:
     parser.add_argument("--kinds", default="library,cli")
     parser.add_argument("--seed", type=int, default=11)
     parser.add_argument("--json", type=Path)
+    parser.add_argument(
+        "--in-place",
+        action="store_true",
+        help="readers catch up as past REINDEX_ROWS rows: the engine updated in place, the "
+        "rows kept in parts (the collections here are smaller)",
+    )
     args = parser.parse_args()
+    if args.in_place:
+        import window_retriever.keywords._lifecycle as lifecycle
+
+        lifecycle.REINDEX_ROWS = 0
     rng = random.Random(args.seed)
     results: dict[str, Any] = {}
     with tempfile.TemporaryDirectory() as folder:
