@@ -11,6 +11,7 @@ import itertools
 import time
 from collections import Counter
 from collections.abc import Awaitable
+from pathlib import Path
 from typing import Any
 
 from langchain_chroma import Chroma
@@ -33,6 +34,23 @@ def add_file_f(store: Chroma) -> None:
         for i in range(6)
     ]
     store.add_documents(documents, ids=[f"f:{i}" for i in range(6)])
+
+
+def disk_store(directory: Path) -> Chroma:
+    """A Chroma collection ``docs`` on disk in ``directory``, its keyword index saved beside it."""
+    from langchain_core.embeddings import DeterministicFakeEmbedding
+
+    return Chroma(
+        collection_name="docs",
+        embedding_function=DeterministicFakeEmbedding(size=16),
+        persist_directory=str(directory),
+    )
+
+
+def row_file(saved: Path, name: str) -> Path:
+    """The saved rows' file ``name``: ``rows-0-N.<name>`` (an index built anew is one part)."""
+    (path,) = saved.glob(f"rows-*.{name}")
+    return path
 
 
 def drop_collection(client: Any, name: str) -> None:

@@ -24,7 +24,7 @@ from langchain_core.documents import Document
 from langchain_core.embeddings import DeterministicFakeEmbedding
 
 import window_retriever
-from tests.helpers.stores import FakeClock
+from tests.helpers.stores import FakeClock, disk_store, row_file
 from window_retriever import ConfigurationError
 from window_retriever.evaluation.counting import CountingStore
 from window_retriever.keywords._engine import Fingerprint
@@ -366,14 +366,6 @@ def test_bad_arguments_are_named(make_store: Callable[..., Chroma]) -> None:
 # ---- saved beside an embedded store ------------------------------------------------------
 
 
-def disk_store(directory: Path) -> Chroma:
-    return Chroma(
-        collection_name="docs",
-        embedding_function=DeterministicFakeEmbedding(size=16),
-        persist_directory=str(directory),
-    )
-
-
 def test_a_saved_index_is_loaded_not_rebuilt_while_the_collection_is_unchanged(
     tmp_path: Path, reads: Reads
 ) -> None:
@@ -448,12 +440,6 @@ def test_a_saved_index_keeps_the_lengths_and_one_saved_in_another_format_is_rebu
     rebuilt.search("adapter", k=3)
     assert (rebuilt.builds, rebuilt.loads) == (1, 0)
     assert rebuilt.indexed(["doc:8"]) == {"doc:8": (len(OPTION), {"chunk_index": 8})}
-
-
-def row_file(saved: Path, name: str) -> Path:
-    """The saved rows' file ``name``: ``rows-0-N.<name>`` (an index built anew is one part)."""
-    (path,) = saved.glob(f"rows-*.{name}")
-    return path
 
 
 @pytest.mark.parametrize("damage", ["{not json", '{"columns": [], "wide": 5}', "null"])
