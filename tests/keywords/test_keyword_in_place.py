@@ -207,3 +207,50 @@ def test_ties_are_ranked_by_id_whatever_part_holds_them() -> None:
     assert index.catch_ups == 1
     assert found[0][1] == found[1][1]  # a tie
     assert [i for i, _ in found] == [added[0].id, held[0].id]
+
+
+def test_a_catch_up_never_links_the_files_another_process_saved_since(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two processes hold the same saved index; one catches up and saves first. The other's
+    catch-up must not link the files now in the folder (the first one's engine and rows, with
+    its slots): it links only files it holds, finds them replaced, and indexes anew."""
+    import os
+
+    import window_retriever.keywords._engine as engine
+
+    rng = random.Random(13)
+    store = Chroma(
+        collection_name="in-place-race",
+        client=chromadb.PersistentClient(path=str(tmp_path / "db")),
+        embedding_function=DeterministicFakeEmbedding(size=8),
+    )
+    add_chunks(store, split([page(rng, f"p{i}") for i in range(20)]))
+    first = KeywordIndex(ChromaKeywordSource(store), check_interval=0, reconcile_interval=None)
+    matches(first)
+    second = KeywordIndex(ChromaKeywordSource(store), check_interval=0, reconcile_interval=None)
+    matches(second)
+    assert (second.loads, second.builds) == (1, 0)  # the very files the first one saved
+    assert second._snapshot is not None and second._snapshot.engine is not None
+    held = set(second._snapshot.engine.held.values())
+
+    add_chunks(store, split([page(rng, "n1", " pangolin")]))
+    matches(first)  # caught up, saved over the folder both held
+    sync_file(store, split([page(rng, "p3", " pangolin")]))  # a state neither saved
+    linked: list[int] = []
+    link = os.link
+
+    def linking(source: Any, destination: Any) -> None:
+        linked.append(os.stat(source).st_ino)
+        link(source, destination)
+
+    monkeypatch.setattr(engine.os, "link", linking)
+
+    after = matches(second)
+
+    assert linked and set(linked) - held == set(linked[-1:])  # the last: the first's, refused
+    expected = matches(KeywordIndex(Scratch(store), reconcile_interval=None))
+    assert after == expected and after[-1]
+    monkeypatch.undo()
+    third = KeywordIndex(ChromaKeywordSource(store), check_interval=0, reconcile_interval=None)
+    assert matches(third) == expected

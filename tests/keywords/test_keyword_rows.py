@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import itertools
+import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -138,6 +140,16 @@ def _built(chunks: dict[str, tuple[str, dict[str, Any]]]) -> Rows:
     return builder.rows()
 
 
+def _linking(source: Path, folder: Path) -> Callable[[str], None]:
+    """Link the files of a part held in ``source`` into ``folder`` (as a catch-up's save)."""
+
+    def link(prefix: str) -> None:
+        for path in source.glob(f"{prefix}*"):
+            os.link(path, folder / path.name)
+
+    return link
+
+
 def _held(rows: Rows, tree: Any) -> list[tuple[Any, ...]]:
     """Each row held, in id order: its id, length, digest, metadata, words and filter test."""
     mask = rows.mask(tree)
@@ -190,7 +202,7 @@ def test_rows_changed_or_compacted_are_the_rows_built_from_the_same_records(
         assert _held(compacted, tree) == _held(expected, tree)
         saved = folder / str(number)
         saved.mkdir()
-        rows.save(saved, beside)
+        rows.save(saved, None if beside is None else _linking(beside, saved))
         rows, beside = Rows.load(saved), saved
         assert _held(rows, tree) == _held(expected, tree)
 
@@ -204,7 +216,7 @@ def test_a_catch_up_writes_its_own_rows_alone_and_links_those_held(tmp_path: Pat
     gone = rows.rows_of(["c005", "c050"])
     changed = rows.changed(gone, _built({"c050": ("new", {"t": 9}), "x": ("x", {})}))
     (tmp_path / "b").mkdir()
-    changed.save(tmp_path / "b", tmp_path / "a")
+    changed.save(tmp_path / "b", _linking(tmp_path / "a", tmp_path / "b"))
 
     base, added = changed.parts
     assert base is rows.parts[0] and (added.start, added.end) == (100, 102)

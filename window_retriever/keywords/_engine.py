@@ -137,9 +137,17 @@ class Engine:
     on them, :meth:`filtered`). ``path``: the folder it was opened from, None in memory.
     """
 
-    def __init__(self, index: Any, rows: Rows, path: Path | None = None) -> None:
+    def __init__(
+        self,
+        index: Any,
+        rows: Rows,
+        path: Path | None = None,
+        held: Mapping[str, int] | None = None,
+    ) -> None:
         self.index = index
         self.path = path
+        self.held = dict(held or {})
+        """Each file of ``path`` as opened, by its inode: another process may replace them."""
         self.rows = rows
         index.reload()  # the reader sees the last commit now, not after tantivy's delay
         self.searcher = index.searcher()
@@ -381,7 +389,7 @@ def updated(
         temporary = target.parent / f".{target.name}.tmp-{uuid.uuid4().hex}"
         try:
             temporary.mkdir(parents=True)
-            _link_engine(engine.path, temporary)
+            _link_held(engine.path, temporary, engine.held, _ours, invert=True)
             index = tantivy.Index.open(str(temporary))
         except BaseException as error:
             shutil.rmtree(temporary, ignore_errors=True)
@@ -407,7 +415,7 @@ def updated(
             serve(Built(fingerprint, rows, Engine(index, rows), unsettled, deleted=deleted))
         known = {name: files[name] for name in _linked(engine.path, temporary, files)}
         return _saved(
-            temporary, target, fingerprint, rows, indexed, unsettled, known, deleted, engine.path
+            temporary, target, fingerprint, rows, indexed, unsettled, known, deleted, engine
         )
     fresh = Engine(index, rows) if indexed else None
     return Built(fingerprint, rows, fresh, unsettled, deleted=deleted)
@@ -421,11 +429,35 @@ def _ours(name: str) -> bool:
     return name in _OWN_FILES or name.startswith("rows") or name.endswith(".lock")
 
 
-def _link_engine(source: Path, folder: Path) -> None:
-    """Hard-link every file of tantivy's in ``source`` into ``folder``."""
-    for path in source.iterdir():
-        if path.is_file() and not _ours(path.name):
-            os.link(path, folder / path.name)
+class ReplacedError(OSError):
+    """A file held was replaced in its folder: another process saved the index since."""
+
+
+def _link_held(
+    source: Path,
+    folder: Path,
+    held: Mapping[str, int],
+    which: Callable[[str], bool],
+    *,
+    invert: bool = False,
+) -> int:
+    """Hard-link the files held that ``which`` names (``invert``: does not) into ``folder``.
+
+    From ``source``; :class:`ReplacedError` if one is no longer the very file held. Another
+    process that caught up the same index saves into the same folder: linking its files would
+    mix its engine or rows (its slots) with this process's. The link is checked, not the
+    source before it, so a file replaced in between is caught too. Returns how many.
+    """
+    linked = 0
+    for name, inode in held.items():
+        if which(name) == invert:
+            continue
+        os.link(source / name, folder / name)  # FileNotFoundError: an OSError too
+        if os.stat(folder / name).st_ino != inode:
+            msg = f"{name} in {source} is no longer the file this process holds"
+            raise ReplacedError(msg)
+        linked += 1
+    return linked
 
 
 def _linked(source: Path | None, folder: Path, known: Mapping[str, list[int]]) -> list[str]:
@@ -455,20 +487,31 @@ def _saved(
     unsettled: Unsettled,
     known: Mapping[str, list[int]] | None = None,
     deleted: int = 0,
-    beside: Path | None = None,
+    beside: Engine | None = None,
 ) -> Built | None:
     """Move the index built in ``temporary`` to ``target`` whole or not at all; open it there.
 
     A reader never sees a half-written index: it finds the old one, the new one, or none (and
     builds). A failure to write (a read-only directory) is logged and gives None. ``beside``:
-    the saved folder the rows were loaded from (their parts held there are linked).
+    the engine of the saved folder the rows were loaded from (the parts held there are
+    linked, if still the files it holds).
     """
     import orjson
 
     old = target.parent / f".{target.name}.old-{uuid.uuid4().hex}"
     saved = False
     try:
-        rows.save(temporary, beside)
+        source = None if beside is None else beside.path
+        if beside is None or source is None:
+            rows.save(temporary)
+        else:
+
+            def link(part: str) -> None:
+                if not _link_held(source, temporary, beside.held, lambda n: n.startswith(part)):
+                    msg = f"the rows {part} are not held in {source}"
+                    raise ReplacedError(msg)
+
+            rows.save(temporary, link)
         state = {"format": FORMAT, "tokenizer": TOKENIZER, "engine": ENGINE, "indexed": indexed}
         state["fingerprint"] = fingerprint.as_json()
         state["unsettled"] = {t: [at, sorted(ids)] for t, (at, ids) in unsettled.items()}
@@ -500,14 +543,29 @@ def _opened(
     files: Mapping[str, list[int]],
     deleted: int = 0,
 ) -> Built | None:
-    """The rows and engine saved at ``target`` (checked already), or None if they disagree."""
+    """The rows and engine saved at ``target`` (checked already), or None if they disagree.
+
+    None too if another process replaced the folder's files while they were opened.
+    """
+    before = _inodes(target)
     rows = Rows.load(target)
     engine = None
     if indexed:
-        engine = Engine(_tantivy().Index.open(str(target)), rows, target)
+        engine = Engine(_tantivy().Index.open(str(target)), rows, target, before)
         if engine.searcher.num_docs != indexed:
             return None
+    if _inodes(target) != before:
+        return None
     return Built(fingerprint, rows, engine, unsettled, files, deleted)
+
+
+def _inodes(folder: Path) -> dict[str, int]:
+    """Each file of ``folder`` (but the stamps and locks), by its inode."""
+    return {
+        path.name: path.stat().st_ino
+        for path in folder.iterdir()
+        if path.name != STAMPS and not path.name.endswith(".lock") and path.is_file()
+    }
 
 
 def load(target: Path, fingerprint: Fingerprint, *, exact: bool = True) -> Built | None:

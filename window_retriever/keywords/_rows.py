@@ -24,9 +24,8 @@ decided row by row on the decoded metadata. Either way each test is the very pre
 from __future__ import annotations
 
 import hashlib
-import os
 from array import array
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -535,15 +534,15 @@ class Rows:
 
     # ---- saved as files -----------------------------------------------------------------
 
-    def save(self, folder: Path, beside: Path | None = None) -> None:
+    def save(self, folder: Path, link: Callable[[str], None] | None = None) -> None:
         """Write the parts in ``folder`` (``rows.json`` names them, ``rows.dead.npy``).
 
-        A part loaded from ``beside`` is hard-linked from there, not written again.
+        ``link``: given the name of each part loaded from a saved folder followed by a dot,
+        it links that part's files into ``folder`` (not written again).
         """
         for part in self.parts:
-            if beside is not None and part.origin == beside:
-                for path in beside.glob(f"{part.name}.*"):
-                    os.link(path, folder / path.name)
+            if link is not None and part.origin is not None:
+                link(f"{part.name}.")
             else:
                 part.save(folder)
         np.save(folder / "rows.dead.npy", self.dead)
