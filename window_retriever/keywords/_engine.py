@@ -408,7 +408,7 @@ def updated(
     _add(writer, rows, added)
     writer.commit()
     writer.wait_merging_threads()
-    indexed = rows.indexed()
+    indexed = rows.worded()
     deleted += len(removed)
     if temporary is not None and target is not None:
         if serve is not None and indexed:

@@ -472,7 +472,7 @@ class Rows:
         alive[self.dead] = False
         return np.flatnonzero(alive)
 
-    def indexed(self) -> int:
+    def worded(self) -> int:
         """How many rows held have a word (each a document of the engine)."""
         worded = sum(int(np.count_nonzero(np.diff(p.words.ends, prepend=0))) for p in self.parts)
         which, rows = self._located(self.dead)
