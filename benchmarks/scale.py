@@ -124,9 +124,12 @@ def corpus(chunks: int) -> tuple[list[Document], list[str]]:
 
 
 def queries_from(rng: random.Random, split: Sequence[Document]) -> list[str]:
-    """Query texts: nine words (the fourth to the twelfth) of each of 2,000 sampled chunks."""
+    """Query texts: nine words (the fourth to the twelfth) of each of 2,000 sampled chunks.
+
+    A chunk of three words or fewer gives no query (the Python docs at 20k hold one).
+    """
     texts = [c.page_content for c in rng.sample(list(split), min(len(split), 2000))]
-    return [" ".join(t.split()[3:12]) for t in texts]
+    return [query for query in (" ".join(t.split()[3:12]) for t in texts) if query]
 
 
 def docs_corpus(chunks: int) -> tuple[list[Document], list[str]]:
