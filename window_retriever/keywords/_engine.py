@@ -518,11 +518,15 @@ def _saved(
         state["deleted"] = deleted
         state["files"] = files = checksums(temporary, known)
         (temporary / "state.json").write_bytes(orjson.dumps(state))  # last: marks it complete
+        # opened before it is moved: another process may save over the target at once
+        opened = _opened(temporary, fingerprint, indexed, unsettled, files, deleted, target)
+        if opened is None:
+            return None
         with contextlib.suppress(FileNotFoundError):
             target.rename(old)
         temporary.rename(target)
         saved = True
-        return _opened(target, fingerprint, indexed, unsettled, files, deleted)
+        return opened
     except BaseException as error:
         if not engine_failed(error):
             raise
@@ -542,16 +546,19 @@ def _opened(
     unsettled: Unsettled,
     files: Mapping[str, list[int]],
     deleted: int = 0,
+    at: Path | None = None,
 ) -> Built | None:
     """The rows and engine saved at ``target`` (checked already), or None if they disagree.
 
-    None too if another process replaced the folder's files while they were opened.
+    None too if another process replaced the folder's files while they were opened. ``at``:
+    where the folder is moved once open (a save's), the engine's path.
     """
     before = _inodes(target)
     rows = Rows.load(target)
     engine = None
     if indexed:
-        engine = Engine(_tantivy().Index.open(str(target)), rows, target, before)
+        index = _tantivy().Index.open(str(target))
+        engine = Engine(index, rows, at or target, before)
         if engine.searcher.num_docs != indexed:
             return None
     if _inodes(target) != before:

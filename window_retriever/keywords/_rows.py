@@ -107,7 +107,8 @@ class Part:
         wide: The keys with too many values for a column (decided row by row).
         order: The rows in id order, for the binary search of an id; None: they are.
         start: The slot of the first row.
-        origin: The folder it was loaded from: a save beside it links its files.
+        origin: The folder it was loaded from (None: built in memory): a catch-up's save
+            links its files, as the engine holds them, rather than write them.
     """
 
     __slots__ = (
