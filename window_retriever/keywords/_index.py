@@ -190,7 +190,7 @@ class KeywordIndex(KeptIndex):
                     mask = passing.mask
                     if not passing.queried:
                         passing.query, passing.queried = snapshot.engine.filtered(tree), True
-                    if not snapshot.read:  # the engine holds each row's metadata as read
+                    if not snapshot.corrected:  # the engine holds each row's metadata as read
                         filtered = passing.query
                 hits = snapshot.engine.top(words, k, mask, filtered)
                 rows = snapshot.rows
@@ -354,9 +354,9 @@ class KeywordIndex(KeptIndex):
         rows = snapshot.rows.rows_of(list(read)).tolist()
         with self._masks_lock:
             for (chunk_id, entry), row in zip(read.items(), rows, strict=True):
-                if len(snapshot.read) >= _READ_KEPT and chunk_id not in snapshot.read:
+                if len(snapshot.corrected) >= _READ_KEPT and chunk_id not in snapshot.corrected:
                     continue
-                snapshot.read[chunk_id] = entry
+                snapshot.corrected[chunk_id] = entry
                 if row < 0:
                     continue  # not in this build: the next one indexes it
                 for passing in snapshot.passing.values():
@@ -435,7 +435,7 @@ class KeywordIndex(KeptIndex):
         predicate = predicate_of(tree)
         passing = _Passing(mask, predicate)
         with self._masks_lock:  # corrected since the build (none can be added meanwhile)
-            read = snapshot.read
+            read = snapshot.corrected
             for (_, metadata), row in zip(
                 read.values(), snapshot.rows.rows_of(list(read)), strict=True
             ):

@@ -212,7 +212,7 @@ class _Snapshot:
     fingerprint: Fingerprint
     rows: Rows
     engine: Engine | None  # over the rows that hold at least one word; None if none does
-    read: dict[str, tuple[int, Mapping[str, Any]]] = field(default_factory=dict)
+    corrected: dict[str, tuple[int, Mapping[str, Any]]] = field(default_factory=dict)
     """Chunks read since the build that differed from it (``KeywordIndex.correct``)."""
     masks: OrderedDict[bytes, np.ndarray] = field(default_factory=OrderedDict)
     passing: OrderedDict[str, _Passing] = field(default_factory=OrderedDict)
@@ -847,7 +847,7 @@ def _held(
     """:meth:`KeywordIndex.indexed` of one snapshot."""
     if snapshot is None:
         return None
-    rows, corrected = snapshot.rows, snapshot.read
+    rows, corrected = snapshot.rows, snapshot.corrected
     found: dict[str, tuple[int, Mapping[str, Any]]] = {}
     for chunk_id, row in zip(ids, rows.rows_of(ids).tolist(), strict=True):
         entry = corrected.get(chunk_id) if corrected else None
