@@ -9,6 +9,7 @@ same order, for every filter of the differential test against Chroma.
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import numpy as np
@@ -158,3 +159,48 @@ def test_a_chunk_corrected_into_a_filter_is_found_under_it() -> None:
 
     found = {row for row, _ in index.search("zebra", k=20, where={"tenant": "t0"})}
     assert found == under | {"c01"}
+
+
+class Where(Mapping[str, Any]):
+    """A filter as a ``Mapping`` that is not a dict, with no ``repr`` but its address."""
+
+    def __init__(self, data: dict[str, Any]) -> None:
+        self._data = data
+
+    def __getitem__(self, key: str) -> Any:
+        return self._data[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._data)
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+
+def test_a_filter_of_any_mapping_gets_its_own_answer_never_another_s() -> None:
+    """What is kept for a filter was keyed by its ``repr``: a mapping freed, the next one
+    made at its address took its answer (another tenant's chunk). And one Chroma decides
+    (``$contains``) raised orjson's ``TypeError``."""
+    import chromadb
+    from langchain_chroma import Chroma
+    from langchain_core.embeddings import DeterministicFakeEmbedding
+
+    from window_retriever.keywords._index import KeywordIndex
+    from window_retriever.stores._chroma_keywords import ChromaKeywordSource
+
+    store = Chroma(
+        collection_name="any-mapping",
+        client=chromadb.EphemeralClient(),
+        embedding_function=DeterministicFakeEmbedding(size=4),
+    )
+    store.add_texts(
+        ["pangolin", "pangolin"],
+        [{"tenant": "acme"}, {"tenant": "beta"}],
+        ids=["acme-1", "beta-1"],
+    )
+    index = KeywordIndex(ChromaKeywordSource(store), check_interval=60, reconcile_interval=None)
+    for tenant in ["acme", "beta", "acme", "beta"]:
+        found = index.search("pangolin", 5, where=Where({"tenant": tenant}))
+        assert [chunk_id for chunk_id, _ in found] == [f"{tenant}-1"]
+    found = index.search("pangolin", 5, where_document=Where({"$contains": "pango"}))
+    assert {chunk_id for chunk_id, _ in found} == {"acme-1", "beta-1"}

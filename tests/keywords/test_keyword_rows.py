@@ -238,3 +238,17 @@ def test_parts_are_joined_as_a_binary_counter() -> None:
         sizes = [len(part) for part in rows.parts]
         assert all(before >= 2 * after for before, after in itertools.pairwise(sizes))
     assert [len(part) for part in rows.parts] == [1024, 64]
+
+
+def test_a_compaction_keeps_the_values_of_the_rows_it_keeps_alone() -> None:
+    """A key rewritten again and again: the values of the rows replaced leave with them, as
+    from a build of the same records (else a column grows with every rewrite, until the key
+    is decided row by row)."""
+    rows = _built({"a": ("w", {"rev": "r0"}), "b": ("w", {"rev": "old"})})
+    for rewrite in range(1, 30):
+        gone = rows.rows_of(["a"])
+        rows = rows.compacted(gone, _built({"a": ("w", {"rev": f"r{rewrite}"})}))
+    (part,) = rows.parts
+    assert part.columns["rev"][1] == ["old", "r29"]
+    rows = rows.compacted(rows.rows_of(["a", "b"]), _built({"c": ("w", {})}))
+    assert "rev" not in rows.parts[0].columns  # no row holds it

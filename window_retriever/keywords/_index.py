@@ -404,7 +404,8 @@ class KeywordIndex(KeptIndex):
         """The rows whose ids the source passes for the filters (kept for this snapshot)."""
         import orjson
 
-        key = orjson.dumps([where, where_document], option=orjson.OPT_SORT_KEYS)
+        filters = [_plain(where), _plain(where_document)]
+        key = orjson.dumps(filters, option=orjson.OPT_SORT_KEYS)
         with self._masks_lock:
             mask = snapshot.masks.get(key)
             if mask is not None:
@@ -422,10 +423,11 @@ class KeywordIndex(KeptIndex):
     def _passing(self, snapshot: _Snapshot, where: Mapping[str, Any], tree: Tree) -> _Passing:
         """The rows ``tree`` (``where`` compiled) passes, on the metadata held (kept).
 
-        Kept by ``repr``: exact for what ``compile_where`` decides (plain values: a 1, a 1.0
-        and a True differ), and a filter written in another key order is only a miss.
+        Kept by the ``repr`` of its plain dicts and lists (:func:`_plain`): exact for what
+        ``compile_where`` decides (a 1, a 1.0 and a True differ), and a filter written in
+        another key order is only a miss.
         """
-        key = repr(where)
+        key = repr(_plain(where))
         with self._masks_lock:
             passing = snapshot.passing.get(key)
             if passing is not None:
@@ -445,3 +447,18 @@ class KeywordIndex(KeptIndex):
             while len(snapshot.passing) > _PASSING_KEPT:
                 snapshot.passing.popitem(last=False)
         return passing
+
+
+def _plain(value: Any) -> Any:
+    """A filter with every ``Mapping`` in it a dict, as the key of what is kept for it.
+
+    A ``Mapping`` of another type may have no ``repr`` but its address (one freed, the next
+    made there would take its key: another filter's answer), and orjson takes none.
+    """
+    if isinstance(value, Mapping):
+        return {key: _plain(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_plain(item) for item in value]
+    if isinstance(value, tuple):
+        return tuple(_plain(item) for item in value)
+    return value

@@ -339,6 +339,13 @@ def _gathered(parts: Sequence[Part], which: np.ndarray, rows: np.ndarray, start:
                 renamed[code] = code_of[held]
             mine = which == number
             codes[mine] = renamed[part_codes[rows[mine]]]  # code -1: the last, no such key
+        used = np.unique(codes[codes >= 0])
+        if len(used) < len(values):  # only values the rows gathered hold (not a dead one's)
+            kept = np.full(len(values) + 1, _MISSING_CODE, dtype=np.int32)
+            kept[used] = np.arange(len(used), dtype=np.int32)
+            codes, values = kept[codes], [values[code] for code in used.tolist()]
+        if not values:
+            continue  # no row gathered holds the key
         if len(values) > COLUMN_VALUES:
             wide |= {key}
         else:
