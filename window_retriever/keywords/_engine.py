@@ -378,8 +378,8 @@ def updated(
     in memory or the reverse).
 
     ``serve``: given the updated index before it is saved (its rows in memory, its engine in
-    the new folder), so that searches see the change while every row is written (1.3 s at a
-    million chunks); the saved index returned replaces it.
+    the new folder), so that searches see the change while it is saved (found 0.90 s after
+    the write at a million chunks, 1.08 s without); the saved index returned replaces it.
     """
     tantivy = _tantivy()
     unsettled = dict(unsettled or {})
@@ -413,9 +413,8 @@ def updated(
     if temporary is not None and target is not None:
         if serve is not None and indexed:
             serve(Built(fingerprint, rows, Engine(index, rows), unsettled, deleted=deleted))
-        known = {name: files[name] for name in _linked(engine.path, temporary, files)}
         return _saved(
-            temporary, target, fingerprint, rows, indexed, unsettled, known, deleted, engine
+            temporary, target, fingerprint, rows, indexed, unsettled, files, deleted, engine
         )
     fresh = Engine(index, rows) if indexed else None
     return Built(fingerprint, rows, fresh, unsettled, deleted=deleted)
@@ -460,21 +459,6 @@ def _link_held(
     return linked
 
 
-def _linked(source: Path | None, folder: Path, known: Mapping[str, list[int]]) -> list[str]:
-    """The files of ``folder`` still the very files of ``source`` that ``known`` checked.
-
-    The same inode: their checksums need not be read again.
-    """
-    if source is None:
-        return []
-    same = []
-    for name in known:
-        with contextlib.suppress(OSError):
-            if os.stat(folder / name).st_ino == os.stat(source / name).st_ino:
-                same.append(name)
-    return same
-
-
 # ---- saved beside an embedded store, or in the machine's cache for a server -------------------
 
 
@@ -494,7 +478,8 @@ def _saved(
     A reader never sees a half-written index: it finds the old one, the new one, or none (and
     builds). A failure to write (a read-only directory) is logged and gives None. ``beside``:
     the engine of the saved folder the rows were loaded from (the parts held there are
-    linked, if still the files it holds).
+    linked, if still the files it holds); ``known``: the checksums of the files it holds,
+    taken as they are for those linked (the very files: the same inode), not read again.
     """
     import orjson
 
@@ -512,6 +497,12 @@ def _saved(
                     raise ReplacedError(msg)
 
             rows.save(temporary, link)
+            known = {
+                name: sums
+                for name, sums in (known or {}).items()
+                if (temporary / name).exists()
+                and os.stat(temporary / name).st_ino == beside.held.get(name)
+            }
         state = {"format": FORMAT, "tokenizer": TOKENIZER, "engine": ENGINE, "indexed": indexed}
         state["fingerprint"] = fingerprint.as_json()
         state["unsettled"] = {t: [at, sorted(ids)] for t, (at, ids) in unsettled.items()}
