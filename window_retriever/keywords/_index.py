@@ -31,6 +31,7 @@ from window_retriever.keywords._lifecycle import (
     DEFAULT_CHECK_INTERVAL,
     DEFAULT_RECONCILE_INTERVAL,
     PAGE_SIZE,
+    UNMADE,
     KeptIndex,
     KeywordSource,
     _check_interval,
@@ -188,8 +189,8 @@ class KeywordIndex(KeptIndex):
                 if tree is not None and where is not None:
                     passing = self._passing(snapshot, where, tree)
                     mask = passing.mask
-                    if not passing.queried:
-                        passing.query, passing.queried = snapshot.engine.filtered(tree), True
+                    if passing.query is UNMADE:
+                        passing.query = snapshot.engine.filtered(tree)
                     if not snapshot.corrected:  # the engine holds each row's metadata as read
                         filtered = passing.query
                 hits = snapshot.engine.top(words, k, mask, filtered)

@@ -237,6 +237,10 @@ class _Snapshot:
         )
 
 
+UNMADE: Any = object()
+"""A :class:`_Passing`'s query not made yet."""
+
+
 @dataclass(slots=True)
 class _Passing:
     """The rows a filter passes in one snapshot (decided in the process), and their ids."""
@@ -247,9 +251,8 @@ class _Passing:
     ids: list[str] | None = None
     changes: int = 0
     """How many rows :meth:`KeywordIndex.correct` turned (an ``ids`` made meanwhile is not kept)."""
-    query: Any = None
+    query: Any = UNMADE
     """The filter as a query of the engine (``Engine.filtered``), once made."""
-    queried: bool = False
 
 
 class KeptIndex:
