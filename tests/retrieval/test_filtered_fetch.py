@@ -39,6 +39,30 @@ def tenant_files() -> list[Document]:
     return WindowSplitter(splitter).split_documents(documents)
 
 
+def searchable(
+    make_store: Callable[..., Chroma],
+    embeddings: DeterministicFakeEmbedding,
+    chunks: list[Document],
+    queries: list[str],
+) -> Chroma:
+    """A store of ``chunks`` whose search finds each query's own chunk first.
+
+    About one store in 25 that Chroma 1.5.9 fills here leaves a chunk out of its search (its
+    own text, at distance 0, is not found, filtered or not): the two stores compared would
+    then differ by Chroma, not by this library. Such a store is filled again.
+    """
+    own = {chunk.page_content: chunk.id for chunk in chunks}
+    for _ in range(5):
+        store = make_store(embeddings, exhaustive=True)
+        add_chunks(store, chunks)
+        found = store._collection.query(
+            query_embeddings=embeddings.embed_documents(queries), n_results=1, include=[]
+        )["ids"]
+        if [ids[:1] for ids in found] == [[own[query]] for query in queries]:
+            return store
+    pytest.fail("Chroma left a chunk out of its search in five stores in a row")
+
+
 def fetched_ids(spy: StoreSpy) -> list[list[str]]:
     """The ids of each fetch by id the spy saw, in order."""
     return [list(kwargs["ids"]) for name, kwargs, _ in spy.log if name == "get"]
@@ -50,11 +74,11 @@ def test_a_filter_does_not_widen_the_neighbour_fetch(
 ) -> None:
     chunks = tenant_files()
     embeddings = DeterministicFakeEmbedding(size=64)
-    shared = make_store(embeddings, exhaustive=True)
-    add_chunks(shared, chunks)
-    own = make_store(embeddings, exhaustive=True)  # tenant "a" alone: the same ids and texts
-    add_chunks(own, [chunk for chunk in chunks if chunk.metadata["tenant"] == "a"])
     queries = [chunk.page_content for chunk in chunks if chunk.metadata["tenant"] == "a"][3::9]
+    shared = searchable(make_store, embeddings, chunks, queries)
+    own = searchable(  # tenant "a" alone: the same ids and texts
+        make_store, embeddings, [c for c in chunks if c.metadata["tenant"] == "a"], queries
+    )
     options: dict[str, Any] = {"k": 4, "window_budget": 300}
     tenant = {"tenant": "a"}
     filtered = ContextWindowRetriever(vectorstore=shared, filter=tenant, **options)
