@@ -238,7 +238,7 @@ started.wait()
 assert NAME in sys.modules and not hasattr(sys.modules[NAME], "KeywordIndex")
 threading.Timer(0.3, release.set).start()
 call = json.loads(sys.argv[1])["call"]
-search = search_ids("max_retries", 2, {"tenant": "acme"}, held=store.held)
+search = search_ids("max_retries", 2, {"tenant": "acme"}, held=store.held())
 if call == "held":
     got = [] if store.held() is None else ["an index"]  # none was made: only imported
 elif call == "search_ids":

@@ -24,6 +24,7 @@ RETRIEVAL = (
     "._beside",
     "._candidates",
     "._params",
+    "._plan",
     "._pool",
     "._records",
     "._retriever",

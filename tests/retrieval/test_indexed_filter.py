@@ -53,7 +53,7 @@ def _queries(spy: StoreSpy) -> list[dict[str, Any]]:
 def _search_ids(store: Chroma, question: str, where: dict[str, Any], k: int = 30) -> Any:
     """The retrieval's filtered search by ids: among the ids the index passes, where it can."""
     adapter = ChromaWindowStore(store)
-    return _run(search_ids(question, k, where, held=adapter.held), adapter)
+    return _run(search_ids(question, k, where, held=adapter.held()), adapter)
 
 
 def _chroma_where(store: Chroma, question: str, where: dict[str, Any], k: int = 30) -> Any:
@@ -126,7 +126,7 @@ def test_a_filter_only_chroma_decides_goes_to_chroma(
     keyword_index(store).search("warm", k=1)
     spy = spy_on(store)
     adapter = ChromaWindowStore(store)
-    _run(search_ids(QUESTIONS[0], 10, where, where_document, adapter.held), adapter)
+    _run(search_ids(QUESTIONS[0], 10, where, where_document, adapter.held()), adapter)
     (arguments,) = _queries(spy)
     assert arguments["where"] == where and "ids" not in arguments
 

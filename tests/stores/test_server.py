@@ -428,7 +428,7 @@ def _search_ids(store: Chroma, question: str, where: dict[str, Any], run: str) -
     from window_retriever.retrieval._retriever import _arun, _run
 
     adapter = ChromaWindowStore(store)
-    search = search_ids(question, 8, where, held=adapter.held)
+    search = search_ids(question, 8, where, held=adapter.held())
     if run == "sync":
         return _run(search, adapter)
     return asyncio.run(_arun(search, adapter))

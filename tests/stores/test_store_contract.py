@@ -12,6 +12,7 @@ import asyncio
 import math
 import threading
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -34,6 +35,7 @@ from window_retriever import (
     WindowStore,
     add_chunks,
 )
+from window_retriever.stores import IdsRefused
 from window_retriever.stores._protocol import aexecute, execute
 
 
@@ -102,16 +104,22 @@ def test_search_is_best_first_with_lower_is_better_distances(store: WindowStore)
     [
         (["c"], {"c", "d"}),  # a stale list: d passes the filter but is not in it
         (["a", "c"], {"a", "c", "d"}),  # a stale list: a no longer passes the filter
-        (["c", "gone"], {"c", "d"}),  # an id no longer stored: the filter decides
+        (["c", "gone"], {"c", "d"}),  # an id no longer stored: refused, or the filter decides
     ],
 )
 def test_a_search_given_ids_searches_among_them_or_under_the_filter(
     store: WindowStore, given: list[str], allowed: set[str]
 ) -> None:
     """``SearchIds.ids`` may stand in for the filter (Chroma) or be ignored (the memory
-    store): either way no other chunk comes back, and an id no longer stored is no error."""
+    store): either way no other chunk comes back. An id no longer stored may be refused
+    (``IdsRefused``: Chroma), never anything else, and only then."""
     write(store, *ANIMALS)
-    found = execute(store, SearchIds("the owl", k=4, where={"tenant": "y"}, ids=given))
+    request = SearchIds("the owl", k=4, where={"tenant": "y"}, ids=given)
+    try:
+        found = execute(store, request)
+    except IdsRefused:
+        assert "gone" in given  # refused for the id no longer stored, not for a stale one
+        found = execute(store, replace(request, ids=None))
     assert found and {i for i, _ in found} <= allowed
     assert [d for _, d in found] == sorted(d for _, d in found)
 

@@ -2,20 +2,19 @@
 
 The default with ``total_budget``. :class:`Adaptive` runs one flow: the hits, the plan of the
 neighbours they may grow to, those neighbours, the selection (``_adaptive.select_adaptive``,
-each chunk worth minus its distance to the query), and the windows as documents. What
-differs is only how much is known before the read:
+each chunk worth minus its distance to the query), and the windows as documents. The route
+(``_plan``: chosen before the first store call) says only how much is known before the read:
 
-- a survey (ids and distances only, ``_pool.Survey``) measures each chunk by its distance in a
-  wide pool; where the keyword index holds the chunks' lengths and metadata, their stand-ins
-  (``_stand_ins``) are selected among before anything is read, and only the chosen are read
-  and checked;
-  With ``diversity`` the survey's search brings the hits' stored vectors too (what it
-  compares), nothing else;
-- without a survey (a source that cannot search ids alone, ids that do not name positions,
-  keyword hits only), the search reads the hits and the fetch the neighbours with their
-  stored vectors, which measure them (``_strategies._Budgeted``).
+- ``stand-ins`` and ``survey``: a survey (ids and distances only, ``_pool.Survey``) measures
+  each chunk by its distance in a wide pool. With ``stand-ins`` the keyword index's lengths
+  and metadata (``_stand_ins``) are selected among before anything is read, and only the
+  chosen are read and checked; with ``survey`` the hits are read with their planned
+  neighbours. With ``diversity`` the survey's search brings the hits' stored vectors too
+  (what it compares), nothing else;
+- ``read``: the search reads the hits and the fetch the neighbours with their stored vectors,
+  which measure them (``_strategies._Budgeted``).
 
-Every way gives the same windows (``benchmarks/replay.py --against-reading-all`` checks it).
+Every route gives the same windows (``benchmarks/replay.py --against-reading-all`` checks it).
 """
 
 from __future__ import annotations
@@ -30,6 +29,7 @@ from window_retriever.core._ids import make_chunk_id
 from window_retriever.core._windows import Chunk, Hit, Measure, Position, Window
 from window_retriever.retrieval._candidates import CandidateSource
 from window_retriever.retrieval._params import Params
+from window_retriever.retrieval._plan import Route
 from window_retriever.retrieval._pool import (
     Flow,
     Neighbours,
@@ -61,39 +61,42 @@ class Adaptive(_Budgeted):
     def __init__(self, lengths: TypicalLength | None = None) -> None:
         self.lengths = lengths or TypicalLength()
 
-    def run(self, query: str, params: Params, source: CandidateSource) -> Flow:
-        """One flow from a survey: the hits, the plan, the neighbours, the selection, a check.
+    def run(self, query: str, params: Params, source: CandidateSource, route: Route) -> Flow:
+        """The route's flow: a survey, then stand-ins or a read of the hits; or the read.
 
-        The flow runs first on the keyword index's stand-ins where it holds them
-        (:class:`~window_retriever.retrieval._stand_ins.StandIns`: nothing is read but the
-        chunks chosen), and again reading the chunks where a stand-in was wrong. Without a
-        survey, or where a hit is not where its id says, the budgeted read of
+        ``stand-ins`` selects among the keyword index's stand-ins and reads only the chunks
+        chosen (:class:`~window_retriever.retrieval._stand_ins.StandIns`); where one was wrong
+        it re-plans to ``survey`` on the same survey, which reads the hits and their planned
+        neighbours. A survey that cannot measure (ids that do not name positions, keyword hits
+        only) re-plans to ``read``, the budgeted read of
         :class:`~window_retriever.retrieval._strategies._Budgeted` (hits and neighbours with
-        their vectors). All give the same windows.
+        their vectors). Every route gives the same windows.
         """
-        survey = yield from self._survey(query, params, source)
-        if survey is not None:
-            stand_ins = StandIns.of(survey, params)
-            for known in (stand_ins, None) if stand_ins is not None else (None,):
-                neighbours = Neighbours(params, held=source.held)
-                documents: list[Document] | None = yield from self._from_survey(
-                    survey, params, neighbours, known
-                )
-                if documents is not None:
-                    return documents
-        return (yield from super().run(query, params, source))
-
-    def _survey(self, query: str, params: Params, source: CandidateSource) -> Flow:
-        """The survey to select by, or ``None`` where there is none to measure chunks by."""
-        if not source.surveys or self.lengths.disabled:
-            return None  # the source cannot search ids alone
-        survey: Survey | None = yield from source.survey(query, params.fetch_k, params)
-        if survey is None:  # ids that do not name positions: the usual search, from now on
-            self.lengths.disable()
-            return None
-        if survey.hits and math.isinf(survey.bound):  # keyword hits only: nothing to measure by
-            return None
-        return survey
+        if route.name in ("stand-ins", "survey"):
+            survey: Survey | None = yield from source.survey(query, params.fetch_k, params)
+            if survey is None:
+                self.lengths.disable()  # the lean search never again for this retriever
+                route.replan("read", "a hit's id does not name its position")
+            elif survey.hits and math.isinf(survey.bound):
+                route.replan("read", "keyword hits only: no vector distance to measure by")
+            else:
+                neighbours = Neighbours(params, held=route.held)
+                if route.name == "stand-ins":
+                    # the plan chose stand-ins only with an index held and a filter decided here
+                    assert route.held is not None  # noqa: S101
+                    assert neighbours.predicate is not None  # noqa: S101
+                    stand_ins = StandIns(route.held, neighbours.predicate)
+                    documents: list[Document] | None = yield from self._from_survey(
+                        survey, params, neighbours, stand_ins
+                    )
+                    if documents is not None:
+                        return documents
+                    route.replan("survey", "a stand-in differed from the chunk read")
+                    neighbours = Neighbours(params, held=route.held)
+                documents = yield from self._from_survey(survey, params, neighbours, None)
+                assert documents is not None  # noqa: S101 - without stand-ins it reads
+                return documents
+        return (yield from super().run(query, params, source, route))
 
     def _from_survey(
         self, survey: Survey, params: Params, neighbours: Neighbours, stand_ins: StandIns | None
@@ -104,7 +107,7 @@ class Adaptive(_Budgeted):
         the chunks chosen (one fetch); without, the hits are read with the neighbours an
         estimate plans (one fetch), and what the plan made from the hits' own lengths needs
         beyond the estimate is read then (rarely one fetch more). Return the documents, or
-        ``None`` where a stand-in or an id was wrong.
+        ``None`` where a stand-in was wrong (never without stand-ins).
         """
         measure = Measure(params.length_function)
         pool: Pool | None = yield from self._hits(survey, params, measure, neighbours, stand_ins)
@@ -141,7 +144,7 @@ class Adaptive(_Budgeted):
         The estimate is planned from the lengths earlier calls read (a notch shorter than
         typical: see ``TypicalLength.low``); what it reads beyond what the plan from the
         hits' own lengths needs is put aside by the caller, so the windows never depend on
-        earlier calls. ``None`` where a hit is not held, or not where its id says.
+        earlier calls. ``None`` where a stand-in is not held, or not where its id says.
         """
         if stand_ins is not None:
             hits = stand_ins.hits(survey.hits)
@@ -152,9 +155,7 @@ class Adaptive(_Budgeted):
             return stood
         estimate = params.plan_adaptive(survey.hits, measure, self.lengths.low(), read=False)
         ids = {make_chunk_id(*position): position for position in estimate}
-        pool: Pool | None = yield from neighbours.read_located(survey.hits, ids, params)
-        if pool is None:
-            return None
+        pool: Pool = yield from neighbours.read_located(survey.hits, ids, params, moved=True)
         pool.fused = survey.fused
         pool.vectors = dict(survey.vectors)  # the hits', for diversity (none without it)
         self.lengths.learn(measure, pool.chunks.values())

@@ -32,7 +32,6 @@ from window_retriever.retrieval._pool import (
     Read,
     Survey,
     hits_by_id,
-    nothing_held,
     positions_of,
     to_query,
 )
@@ -41,6 +40,7 @@ from window_retriever.stores._protocol import (
     Found,
     Held,
     IdHits,
+    IdsRefused,
     Search,
     SearchIds,
     SearchVectors,
@@ -95,10 +95,10 @@ class CandidateSource(ABC):
     locates = False
     """The source can :meth:`locate` (its store searches ids alone)."""
 
-    held: Callable[[], Held | None] = staticmethod(nothing_held)
-    """What the process holds beside the store, now (``WindowStore.held``): the keyword index
-    a filtered search by ids asks for the ids the filter passes (:func:`search_ids`), and
-    every read by id tells what it read (``Neighbours``). Set by :func:`source_for`."""
+    held: Held | None = None
+    """The keyword index the route holds (``Route.held``), or ``None``: a filtered search by
+    ids asks it for the ids the filter passes (:func:`search_ids`), and every read by id
+    tells it what it read (``Neighbours``). Given by :func:`source_for`."""
 
     def survey(self, query: str, k: int, params: Params) -> Flow:
         """Yield store requests; return a :class:`Survey` of at most ``k`` hits, or ``None``.
@@ -121,9 +121,10 @@ class CandidateSource(ABC):
 class VectorSearch(CandidateSource):
     """The store's similarity search: hits scored by distance (lower is better)."""
 
-    def __init__(self, *, locates: bool = False) -> None:
+    def __init__(self, *, locates: bool = False, held: Held | None = None) -> None:
         self.locates = locates
         self.surveys = locates
+        self.held = held
 
     def survey(self, query: str, k: int, params: Params) -> Flow:
         width = max(k, SURVEY_WIDTH)
@@ -160,17 +161,18 @@ def search_ids(
     k: int,
     where: Where | None,
     where_document: Where | None = None,
-    held: Callable[[], Held | None] = nothing_held,
+    held: Held | None = None,
 ) -> Flow:
     """The search for ids and distances alone; under a filter, among the ids the index passes.
 
     Where the process holds the keyword index and ``_filters`` can decide the filter on its
     metadata, the index names the chunks the filter passes (``Held.passing``) and the store
     searches among them (``SearchIds.ids``) in place of its ``where``. As current as the index:
-    every chunk read is checked against the filter again (``Neighbours.read``).
+    every chunk read is checked against the filter again (``Neighbours.read``), and where the
+    store refuses an id it no longer holds (:class:`IdsRefused`) the index is told
+    (``Held.distrust``) and the store asked again with ``where``: one store call more.
     """
-    ids = yield from _passing(where, where_document, held)
-    found: IdHits = yield SearchIds(query, k, where, where_document, ids=ids)
+    found: IdHits = yield from _among_passing(SearchIds, query, k, where, where_document, held)
     return found
 
 
@@ -179,31 +181,38 @@ def search_vectors(
     k: int,
     where: Where | None,
     where_document: Where | None = None,
-    held: Callable[[], Held | None] = nothing_held,
+    held: Held | None = None,
 ) -> Flow:
     """:func:`search_ids` with each hit's stored vector (``SearchVectors``): for diversity."""
-    ids = yield from _passing(where, where_document, held)
-    found: VectorHits = yield SearchVectors(query, k, where, where_document, ids=ids)
+    found: VectorHits = yield from _among_passing(
+        SearchVectors, query, k, where, where_document, held
+    )
     return found
 
 
-def _passing(
-    where: Where | None, where_document: Where | None, held: Callable[[], Held | None]
+def _among_passing(
+    request: type[SearchIds | SearchVectors],
+    query: str,
+    k: int,
+    where: Where | None,
+    where_document: Where | None,
+    held: Held | None,
 ) -> Flow:
-    """The ids the keyword index says ``where`` passes, or ``None`` (see :func:`search_ids`)."""
-    index = held()
-    if index is None or where is None or where_document is not None:
-        return None
-    passing, decided = index.passing, where
+    """``request`` among the ids the keyword index passes, else with ``where`` (see above)."""
+    if held is None or where is None or where_document is not None:
+        return (yield request(query, k, where, where_document))
+    passing, decided = held.passing, where
     ids: list[str] | None = yield Call(
         lambda: passing(decided), lambda: in_thread(passing, decided)
     )
-    return ids
+    try:
+        return (yield request(query, k, where, where_document, ids=ids))
+    except IdsRefused:
+        held.distrust()  # an id deleted since the index's build: the store decides for now
+        return (yield request(query, k, where, where_document))
 
 
-def _surveyed(
-    query: str, width: int, k: int, params: Params, held: Callable[[], Held | None]
-) -> Flow:
+def _surveyed(query: str, width: int, k: int, params: Params, held: Held | None) -> Flow:
     """A survey's search: the ``(id, distance)`` pairs of ``width`` chunks.
 
     Where diversity compares hits, also the vectors of the first ``k`` and the store's space
@@ -255,9 +264,7 @@ class HybridSearch(CandidateSource):
     stored vectors, so every hit has its true distance to the query and ``score`` keeps its
     meaning (the minimum distance of a window's hits); each hit's ``ranks`` say which legs
     found it and where. A :meth:`survey` reads no vector: a keyword hit beyond the vector
-    leg's pool is measured at the pool's farthest distance. The keyword index the keyword
-    leg read comes with the survey (``Survey.held``): it holds every chunk's length and
-    metadata.
+    leg's pool is measured at the pool's farthest distance.
     """
 
     def __init__(
@@ -266,10 +273,12 @@ class HybridSearch(CandidateSource):
         weights: Mapping[str, float] = DEFAULT_WEIGHTS,
         *,
         locates: bool = False,
+        held: Held | None = None,
     ) -> None:
         self.keyword = keyword
         self.weights = weights
         self.surveys = locates
+        self.held = held
 
     def _fuse(self, vector: list[str], keyword: list[tuple[str, float]], k: int) -> list[Fused]:
         """The first ``k`` of the two legs' ids fused by reciprocal rank."""
@@ -296,9 +305,7 @@ class HybridSearch(CandidateSource):
             )
             for item in fused
         ]
-        return Survey(
-            hits, distances, bound, fused=True, held=self.held(), vectors=vectors, space=space
-        )
+        return Survey(hits, distances, bound, fused=True, vectors=vectors, space=space)
 
     def find(
         self, query: str, k: int, params: Params, *, embeddings: bool, defer: bool = False
@@ -350,9 +357,12 @@ class RetrieverHits(CandidateSource):
     itself (``defer``). The hits keep the retriever's order, and its first ``k`` are used.
     """
 
-    def __init__(self, retriever: Any, embed_query: Callable[[str], Call]) -> None:
+    def __init__(
+        self, retriever: Any, embed_query: Callable[[str], Call], *, held: Held | None = None
+    ) -> None:
         self.retriever = retriever
         self.embed_query = embed_query
+        self.held = held
 
     def find(
         self, query: str, k: int, params: Params, *, embeddings: bool, defer: bool = False
@@ -392,25 +402,23 @@ class RetrieverHits(CandidateSource):
         )
 
 
-def source_for(params: Params, store: WindowStore) -> CandidateSource:
-    """Where the hits come from: the store's vector search, hybrid, or another retriever."""
-    source = _source(params, store)
-    source.held = store.held
-    return source
+def source_for(params: Params, store: WindowStore, held: Held | None = None) -> CandidateSource:
+    """Where the hits come from: the store's vector search, hybrid, or another retriever.
 
-
-def _source(params: Params, store: WindowStore) -> CandidateSource:
+    ``held``: the keyword index the route holds (``Route.held``), which the source's filtered
+    searches by ids and its reads by id use.
+    """
     choice = params.candidates
     if choice is None:  # the best measured: hybrid where a budget is shared (docs/benchmarks.md)
         budgeted = params.total_budget is not None and store.supports_keyword_search
         choice = "hybrid" if budgeted else "vector"
     if choice == "vector":
-        return VectorSearch(locates=store.supports_search_ids)
+        return VectorSearch(locates=store.supports_search_ids, held=held)
     if choice == "hybrid":
         weights = {"vector": 1.0, "keyword": params.keyword_weight}
-        return HybridSearch(_keyword(store), weights, locates=store.supports_search_ids)
+        return HybridSearch(_keyword(store), weights, locates=store.supports_search_ids, held=held)
     if choice == "keyword":
-        return HybridSearch(_keyword(store), {"vector": 0.0, "keyword": 1.0})
+        return HybridSearch(_keyword(store), {"vector": 0.0, "keyword": 1.0}, held=held)
     embedder = store.embeddings
     if embedder is None:
         msg = (
@@ -423,6 +431,7 @@ def _source(params: Params, store: WindowStore) -> CandidateSource:
         lambda query: Call(
             lambda: embedder.embed_query(query), lambda: embedder.aembed_query(query)
         ),
+        held=held,
     )
 
 
@@ -458,7 +467,7 @@ def _read(
     ids: Sequence[str],
     query: Sequence[float] | None,
     params: Params,
-    held: Callable[[], Held | None],
+    held: Held | None,
 ) -> Flow:
     """Read hits known by id, under the caller's filters, in one fetch (a :class:`_Measured`)."""
     read: Read = yield from Neighbours(params, held=held).read(ids, embeddings=True)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import itertools
 from collections import deque
-from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
+from collections.abc import Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -74,11 +74,6 @@ class Pool:
         self.unread = {}
 
 
-def nothing_held() -> Held | None:
-    """The :class:`~window_retriever.stores.Held` of a store that holds nothing beside it."""
-    return None
-
-
 @dataclass
 class Survey:
     """A lean search for adaptive selection: hits known by id, and a wider pool's distances.
@@ -97,9 +92,6 @@ class Survey:
     """The farthest distance in the pool: every chunk outside it is at least this far (the
     approximate index aside), and is measured at it."""
     fused: bool = False
-    held: Held | None = None
-    """The keyword index the hybrid search read (its lengths and metadata), or ``None``:
-    with it, adaptive selection chooses among stand-ins before the read (``_stand_ins``)."""
     vectors: dict[str, Sequence[float]] = field(default_factory=dict)
     """With ``diversity`` only: the stored vectors of the vector leg's hits, by id (what
     diversity compares); empty otherwise."""
@@ -136,9 +128,10 @@ class Neighbours:
         params: Params,
         *,
         embeddings: bool = False,
-        held: Callable[[], Held | None] = nothing_held,
+        held: Held | None = None,
     ) -> None:
         self.held = held
+        """The keyword index the route holds (``Route.held``), told what every read found."""
         self.predicate: Predicate | None = (
             compile_where(params.filter) if params.where_document is None else None
         )
@@ -168,7 +161,7 @@ class Neighbours:
         What the process holds beside the store (the keyword index) is told what was read
         (``Held.correct``): a chunk rewritten behind its back is then held as read.
         """
-        held = self.held()
+        held = self.held
         build = None if held is None else held.build()
         found = yield Fetch(list(ids), self.where, self.where_document, embeddings=embeddings)
         self.space = found.space
@@ -185,12 +178,18 @@ class Neighbours:
         return read
 
     def read_located(
-        self, covered: Sequence[Hit], ids: Mapping[str, Position], params: Params
+        self,
+        covered: Sequence[Hit],
+        ids: Mapping[str, Position],
+        params: Params,
+        *,
+        moved: bool = False,
     ) -> Flow:
         """Read the covered hits of a lean search with their planned neighbours, in one fetch.
 
         Return the pool, or ``None`` when a hit is not where its id says (the caller then
-        searches the usual way).
+        searches the usual way); with ``moved``, such a hit is taken where it is, and the
+        caller's plan from the pool's hits fetches its neighbours.
         """
         found: Read = yield from self.read(list(ids))
         by_id = {document.id: document for document in found.documents}
@@ -200,7 +199,7 @@ class Neighbours:
             if document is None:
                 continue  # gone since the search, or hidden
             read = read_hit(document, hit.distance, params.unexpandable)
-            if read.chunk.position not in (None, hit.chunk.position):
+            if read.chunk.position not in (None, hit.chunk.position) and not moved:
                 return None
             hits.append(replace(read, ranks=hit.ranks))
         kept, chunks = by_position(unique(hits))

@@ -28,13 +28,14 @@ from window_retriever.core._fusion import DEFAULT_KEYWORD_WEIGHT
 from window_retriever.core._windows import DEFAULT_WINDOW_BUDGET, Mode
 from window_retriever.retrieval._adaptive_strategy import Adaptive
 from window_retriever.retrieval._beside import Beside, Call
-from window_retriever.retrieval._candidates import HybridSearch, source_for
+from window_retriever.retrieval._candidates import CandidateSource, HybridSearch, source_for
 from window_retriever.retrieval._params import OVERRIDABLE, Expansion, Params, refused, resolve
+from window_retriever.retrieval._plan import Route, logger, plan, snapshot_of
 from window_retriever.retrieval._pool import Flow, TypicalLength, above_floor
 from window_retriever.retrieval._records import Unexpandable, to_plain_document
 from window_retriever.retrieval._strategies import BudgetedStatic, StaticWindows, Strategy
 from window_retriever.stores._adapters import store_adapter
-from window_retriever.stores._protocol import WindowStore, aexecute, execute
+from window_retriever.stores._protocol import IdsRefused, WindowStore, aexecute, execute
 
 __all__ = ["OVERRIDABLE", "ContextWindowRetriever"]
 
@@ -51,9 +52,11 @@ class ContextWindowRetriever(BaseRetriever):
     neighbours compete for that budget by their similarity to the query, so windows grow
     where the neighbours are relevant and stay one chunk where they are not; with
     ``"static"`` each hit grows blindly up to ``window_budget`` while the total lasts. Either
-    way it costs one search and one neighbour fetch; the keyword index adds a cheap check of
-    the collection (one call) to a query that comes a ``check_interval`` (1 s) after the
-    last, a count every 30 of them, and the catch-up of a write it finds (docs/scaling.md).
+    way it costs one search and one neighbour fetch (the route, chosen before the first store
+    call and logged at DEBUG level: docs/how-it-works.md#routes); the keyword index adds a
+    cheap check of the collection (one call) to a query that comes a ``check_interval`` (1 s)
+    after the last, a count every 30 of them, and the catch-up of a write it finds
+    (docs/scaling.md).
 
     Without ``total_budget`` each hit grows outward, one neighbouring chunk at a time, while
     the window stays within ``window_budget``, and exactly ``k`` documents come back (fewer
@@ -213,18 +216,20 @@ class ContextWindowRetriever(BaseRetriever):
     def _get_relevant_documents(
         self, query: str, *, run_manager: CallbackManagerForRetrieverRun, **kwargs: Any
     ) -> list[Document]:
-        store = self._store()
-        documents: list[Document] = _run(self._flow(query, self._params(kwargs), store), store)
-        return documents
+        store, params = self._store(), self._params(kwargs)
+        source, route = self._plan(params, store)
+        documents: list[Document] = _run(self._flow(query, params, source, route), store, route)
+        return _finished(documents, route, building=_building(source, store))
 
     async def _aget_relevant_documents(
         self, query: str, *, run_manager: AsyncCallbackManagerForRetrieverRun, **kwargs: Any
     ) -> list[Document]:
-        store = self._store()
+        store, params = self._store(), self._params(kwargs)
+        source, route = self._plan(params, store)
         documents: list[Document] = await _arun(
-            self._flow(query, self._params(kwargs), store), store
+            self._flow(query, params, source, route), store, route
         )
-        return documents
+        return _finished(documents, route, building=_building(source, store))
 
     def hits(self, query: str, **kwargs: Any) -> list[Document]:
         """The ``k`` hits windows would grow from, as plain chunks, best first; no neighbours.
@@ -235,20 +240,37 @@ class ContextWindowRetriever(BaseRetriever):
         """
         store = self._store()
         params = self._params(kwargs)
-        source = source_for(params, store)
+        source = source_for(params, store, snapshot_of(store.held()))
         pool = _run(source.find(_checked(query), params.k, params, embeddings=False), store)
         hits = above_floor(pool.hits, params.floor)[: params.k]
         return [to_plain_document(hit, pool.space) for hit in hits]
 
-    def _flow(self, query: str, params: Params, store: WindowStore) -> Flow:
-        """The whole retrieval: candidates, then the strategy's plan, fetch and selection."""
-        source = source_for(params, store)
-        documents: list[Document] = yield from strategy_for(params, self._lengths).run(
-            _checked(query), params, source
+    def _plan(self, params: Params, store: WindowStore) -> tuple[CandidateSource, Route]:
+        """Where the hits come from, and the route: chosen once, before any store call.
+
+        From what is declared or known now: the store's capabilities, the keyword index this
+        process holds (taken here, once: the one way it reaches the retrieval), the options,
+        and whether earlier calls found ids that do not name positions.
+        """
+        held = snapshot_of(store.held())
+        source = source_for(params, store, held)
+        lengths = self._lengths
+        route = plan(
+            params,
+            held,
+            surveys=source.surveys,
+            locates=source.locates,
+            positions=not lengths.disabled,
+            typical=lengths.typical() is not None,
         )
-        if isinstance(source, HybridSearch) and store.keyword_search_building():
-            for document in documents:  # the keyword leg found nothing: its index is not built
-                document.metadata["keyword_leg"] = "building"
+        logger.debug("route planned: %s (%s)", route.name, "; ".join(route.reasons))
+        return source, route
+
+    def _flow(self, query: str, params: Params, source: CandidateSource, route: Route) -> Flow:
+        """The whole retrieval along ``route``: the strategy's search, fetch and selection."""
+        documents: list[Document] = yield from strategy_for(params, self._lengths).run(
+            _checked(query), params, source, route
+        )
         return documents
 
     def _params(self, overrides: dict[str, Any]) -> Params:
@@ -298,39 +320,71 @@ def _checked(query: Any) -> str:
     return query
 
 
-def _run(flow: Flow, store: WindowStore) -> Any:
-    """Drive a flow of requests to its end, synchronously; return what it returns."""
+def _building(source: CandidateSource, store: WindowStore) -> bool:
+    """The keyword leg found nothing: its index is not built yet (a first build runs)."""
+    return isinstance(source, HybridSearch) and store.keyword_search_building()
+
+
+def _finished(documents: list[Document], route: Route, *, building: bool) -> list[Document]:
+    """``documents``, once their route is logged (docs/how-it-works.md#routes)."""
+    logger.debug("%s", route)
+    if building:
+        for document in documents:  # the keyword leg found nothing: its index is not built
+            document.metadata["keyword_leg"] = "building"
+    return documents
+
+
+def _run(flow: Flow, store: WindowStore, route: Route | None = None) -> Any:
+    """Drive a flow of requests to its end, synchronously; return what it returns.
+
+    A store's :class:`IdsRefused` is thrown into the flow, which asks again (the one error a
+    flow answers); ``route`` counts the store requests.
+    """
     response: Any = None
+    refused: IdsRefused | None = None
     while True:
         try:
-            request = flow.send(response)
+            request = flow.throw(refused) if refused is not None else flow.send(response)
         except StopIteration as done:
             return done.value
+        refused = None
         if isinstance(request, Beside):
             response = request.start()
         elif isinstance(request, Call):
             response = request.run()
         else:
-            response = execute(store, request)
+            if route is not None:
+                route.store_calls += 1
+            try:
+                response = execute(store, request)
+            except IdsRefused as error:
+                refused = error
 
 
-async def _arun(flow: Flow, store: WindowStore) -> Any:
-    """Drive a flow of requests to its end, awaiting each; return what it returns."""
+async def _arun(flow: Flow, store: WindowStore, route: Route | None = None) -> Any:
+    """Drive a flow of requests to its end, awaiting each; return what it returns (see _run)."""
     response: Any = None
+    refused: IdsRefused | None = None
     started: list[asyncio.Future[Any]] = []
     try:
         while True:
             try:
-                request = flow.send(response)
+                request = flow.throw(refused) if refused is not None else flow.send(response)
             except StopIteration as done:
                 return done.value
+            refused = None
             if isinstance(request, Beside):
                 response, task = request.astart()
                 started.append(task)
             elif isinstance(request, Call):
                 response = await request.arun()
             else:
-                response = await aexecute(store, request)
+                if route is not None:
+                    route.store_calls += 1
+                try:
+                    response = await aexecute(store, request)
+                except IdsRefused as error:
+                    refused = error
     finally:
         for task in started:  # the flow ended before it awaited them (an error)
             task.cancel()

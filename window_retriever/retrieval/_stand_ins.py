@@ -25,8 +25,7 @@ from dataclasses import replace
 from window_retriever.core._filters import Predicate
 from window_retriever.core._ids import make_chunk_id
 from window_retriever.core._windows import Chunk, Hit, Position, Window, join_texts
-from window_retriever.retrieval._params import Params
-from window_retriever.retrieval._pool import Flow, Neighbours, Pool, Read, Survey
+from window_retriever.retrieval._pool import Flow, Neighbours, Pool, Read
 from window_retriever.retrieval._records import read_chunk, read_record
 from window_retriever.stores._protocol import Held, Indexed
 
@@ -39,18 +38,6 @@ class StandIns:
         self.predicate = predicate
         self.gaps: dict[str, Position] = {}
         """Planned positions the index holds no chunk for (or one the filter hides)."""
-
-    @classmethod
-    def of(cls, survey: Survey, params: Params) -> StandIns | None:
-        """The survey's stand-ins, or ``None`` where they cannot stand in exactly.
-
-        ``None`` when nothing is held, the budgets measure other than characters (a length
-        function other than ``len``), or the filter is one only the store can decide.
-        """
-        predicate = Neighbours(params).predicate
-        if survey.held is None or params.length_function is not len or predicate is None:
-            return None
-        return cls(survey.held, predicate)
 
     def hits(self, hits: Sequence[Hit]) -> list[Hit] | None:
         """The hits as their stand-ins; ``None`` when one is not held where its id says.

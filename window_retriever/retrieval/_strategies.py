@@ -23,6 +23,7 @@ from window_retriever.core._ids import make_chunk_id
 from window_retriever.core._windows import Hit, Measure, Position, Window, fit_total
 from window_retriever.retrieval._candidates import CandidateSource
 from window_retriever.retrieval._params import Params
+from window_retriever.retrieval._plan import Route
 from window_retriever.retrieval._pool import (
     Flow,
     Neighbours,
@@ -46,8 +47,8 @@ class Strategy(ABC):
     """Chooses the windows of one retrieval."""
 
     @abstractmethod
-    def run(self, query: str, params: Params, source: CandidateSource) -> Flow:
-        """Yield store requests; return the windows as documents, best first."""
+    def run(self, query: str, params: Params, source: CandidateSource, route: Route) -> Flow:
+        """Yield store requests along ``route``; return the windows as documents, best first."""
 
 
 class _Budgeted(Strategy):
@@ -55,14 +56,14 @@ class _Budgeted(Strategy):
 
     embeddings = False
 
-    def run(self, query: str, params: Params, source: CandidateSource) -> Flow:
+    def run(self, query: str, params: Params, source: CandidateSource, route: Route) -> Flow:
         pool = yield from source.find(
             query, params.fetch_k, params, embeddings=self.embeddings, defer=True
         )
         measure = Measure(params.length_function)
         # hits known by id only come with the neighbours, with their vectors (for distances)
         neighbours = Neighbours(
-            params, embeddings=self.embeddings or bool(pool.unread), held=source.held
+            params, embeddings=self.embeddings or bool(pool.unread), held=route.held
         )
         planned = self.plan(pool, params, measure)
         yield from neighbours.fetch(pool, [*pool.unread.values(), *planned])
@@ -120,26 +121,27 @@ class StaticWindows(Strategy):
         self.floored = False
         """The relevance floor dropped a hit of the last search."""
 
-    def run(self, query: str, params: Params, source: CandidateSource) -> Flow:
+    def run(self, query: str, params: Params, source: CandidateSource, route: Route) -> Flow:
         """One flow: the hits, the fetch rounds that grow them, then wider if windows merged.
 
-        The hits come from the lean search where it can answer (:meth:`_lean`: ids only, the
-        planned neighbours read with them), else from the source's search, which reads them;
-        either way :meth:`_assemble` fetches and grows the windows.
+        The hits come from the lean search on the ``lean`` route (:meth:`_lean`: ids only,
+        the planned neighbours read with them; where it cannot answer, re-planned to
+        ``search``), else from the source's search, which reads them; either way
+        :meth:`_assemble` fetches and grows the windows.
         """
-        neighbours = Neighbours(params, held=source.held)
+        neighbours = Neighbours(params, held=route.held)
         fetch_k = params.fetch_k
         typical = self.lengths.typical()
-        lean = source.locates and typical is not None
         while True:
             pool: Pool | None = None
             wanted: list[Position] | None = None
-            if lean and typical is not None:
+            if route.name == "lean" and typical is not None:
                 pool, wanted = yield from self._lean(
                     query, fetch_k, typical, params, source, neighbours
                 )
+                if pool is None:
+                    route.replan("search", "the lean search could not answer")
             if pool is None:
-                lean = False
                 pool = yield from source.find(query, fetch_k, params, embeddings=False)
                 pool.hits = self._floor(pool.hits, params)
                 wanted = None  # planned from the texts read
@@ -152,8 +154,8 @@ class StaticWindows(Strategy):
             ):
                 documents = [to_document(window, pool.space) for window in assembly.windows]
                 return without_repeated_texts(documents)
-            if unread:
-                lean = False  # fewer windows than planned: read every candidate
+            if unread:  # fewer windows than planned: read every candidate
+                route.replan("search", "fewer windows than planned: every candidate is read")
             else:
                 fetch_k *= 2  # candidates merged into fewer than k windows: search wider
 

@@ -3,7 +3,8 @@
 The public names a store's implementer needs are here: :class:`WindowStore` (and
 :class:`AsyncWindowStore` for a store that can wait without a thread), the requests the
 retriever sends (:class:`Search`, :class:`SearchIds`, :class:`SearchVectors`, :class:`Fetch`)
-and what comes back (:class:`Found`, ``IdHits``, :class:`VectorHits`), :class:`Held` with
+and what comes back (:class:`Found`, ``IdHits``, :class:`VectorHits`; :class:`IdsRefused` when a
+search among stale ids is refused), :class:`Held` with
 ``Indexed`` (what a process holds beside the store), :class:`Record` for writes, and the two
 stores the library ships (:class:`ChromaWindowStore`, :class:`MemoryWindowStore`). Beside them, the
 keyword index of a Chroma collection: :func:`keyword_index` (the process's shared
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
         Found,
         Held,
         IdHits,
+        IdsRefused,
         Indexed,
         Record,
         Search,
@@ -47,6 +49,7 @@ _WHERE = {
     "Found": "window_retriever.stores._protocol",
     "Held": "window_retriever.stores._protocol",
     "IdHits": "window_retriever.stores._protocol",
+    "IdsRefused": "window_retriever.stores._protocol",
     "Indexed": "window_retriever.stores._protocol",
     "KeywordIndex": "window_retriever.keywords._index",
     "MemoryWindowStore": "window_retriever.stores._memory",
@@ -87,6 +90,7 @@ __all__ = [
     "Found",
     "Held",
     "IdHits",
+    "IdsRefused",
     "Indexed",
     "KeywordIndex",
     "MemoryWindowStore",

@@ -27,6 +27,7 @@ from window_retriever.stores._protocol import (
     Fetch,
     Found,
     IdHits,
+    IdsRefused,
     Record,
     Search,
     SearchIds,
@@ -95,8 +96,8 @@ class ChromaWindowStore(WindowStore, AsyncWindowStore):
         Among ``request.ids`` in place of the filter where given (the ids the keyword index
         passes): the same hits at a fraction of the cost, since Chroma's ``where`` scans
         (docs/benchmarks.md#chroma-reads-by-ids-against-a-where). Chroma refuses ids it no
-        longer holds; the search then runs under the filter, and the index is told to stop
-        passing ids until it is built again (``KeywordIndex.distrust``).
+        longer holds: that raises :class:`IdsRefused`, and the retriever asks again under the
+        filter (and tells the index, ``KeywordIndex.distrust``).
         """
         result = self._lean_query(request)
         return _id_hits(result) if result is not None else []
@@ -114,12 +115,11 @@ class ChromaWindowStore(WindowStore, AsyncWindowStore):
         query = self.vectorstore._collection.query
         with store_errors(self.vectorstore):
             try:
-                return query(**_ids_query_arguments(request, vector, among=True))
+                return query(**_ids_query_arguments(request, vector))
             except Exception as error:
                 if request.ids is None or not _refused(error):
                     raise
-                self._distrust()  # an id deleted since the index was built: Chroma decides
-                return query(**_ids_query_arguments(request, vector, among=False))
+                raise IdsRefused(str(error)) from error  # an id deleted since the index's build
 
     def keyword_search(
         self, query: str, k: int, where: Where | None, where_document: Where | None
@@ -212,12 +212,11 @@ class ChromaWindowStore(WindowStore, AsyncWindowStore):
         if request.ids is not None and not request.ids:
             return None
         try:
-            return await server.call("query", _ids_query_arguments(request, vector, among=True))
+            return await server.call("query", _ids_query_arguments(request, vector))
         except Exception as error:
             if request.ids is None or not _refused(error):
                 raise
-            self._distrust()
-            return await server.call("query", _ids_query_arguments(request, vector, among=False))
+            raise IdsRefused(str(error)) from error
 
     # ---- writes ----------------------------------------------------------------------------
 
@@ -371,11 +370,6 @@ class ChromaWindowStore(WindowStore, AsyncWindowStore):
 
         return KeywordIndex.existing(self._keywords())
 
-    def _distrust(self) -> None:
-        index = self._index()
-        if index is not None:
-            index.distrust()
-
     def _keywords(self) -> ChromaKeywordSource:
         """What the keyword index reads and writes of this store's collection (made once)."""
         if self._keyword_source is None:
@@ -435,11 +429,11 @@ def _refused(error: BaseException) -> bool:
 
 
 def _ids_query_arguments(
-    request: SearchIds | SearchVectors, vector: Sequence[float], *, among: bool
+    request: SearchIds | SearchVectors, vector: Sequence[float]
 ) -> dict[str, Any]:
-    """The query of ``request``; ``among`` its ids in place of its filter, where it has them."""
+    """The query of ``request``: among its ids in place of its filter, where it has them."""
     filters = _filters(request)
-    if among and request.ids is not None:
+    if request.ids is not None:
         filters = {**filters, "ids": list(request.ids), "where": None}
     embeddings = ["embeddings"] if isinstance(request, SearchVectors) else []
     return {

@@ -97,9 +97,18 @@ class SearchIds:
     """The ids ``where`` passes as far as the process knows (:meth:`Held.passing`), or
     ``None``: a store may search among them in place of applying ``where`` (never of
     ``where_document``; Chroma's
-    ``ids=`` costs a fraction of its ``where``), or ignore them. They may be stale: where one
-    is no longer stored, the store applies ``where`` instead, and the caller applies the
-    filter again to every chunk it reads."""
+    ``ids=`` costs a fraction of its ``where``), or ignore them. They may be stale: the caller
+    applies the filter again to every chunk it reads, and where one is no longer stored the
+    store may raise :class:`IdsRefused` (Chroma does), for the caller to ask again without
+    them."""
+
+
+class IdsRefused(Exception):  # noqa: N818 - a signal between the store and the retriever
+    """The store refused a search among :attr:`SearchIds.ids`: it no longer holds one of them.
+
+    Raised by a store's ``search_ids`` / ``search_vectors`` only; the retriever tells the
+    keyword index that gave the ids (``Held.distrust``) and asks again with ``where``.
+    """
 
 
 @dataclass(frozen=True, slots=True)
@@ -201,6 +210,9 @@ class Held(Protocol):
 
     def correct(self, read: Indexed, build: object | None) -> None:
         """Hold the chunks just ``read`` as read, unless what is held changed since ``build``."""
+
+    def distrust(self) -> None:
+        """The store refused a search among the ids :meth:`passing` gave (:class:`IdsRefused`)."""
 
 
 @dataclass(frozen=True, slots=True)
