@@ -54,6 +54,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "core._filters",
         "core._fusion",
         "core._ids",
+        "core._query_weight",
         "core._windows",
     ),
     # every module may raise the library's errors
