@@ -395,3 +395,40 @@ def test_an_empty_source_is_a_bad_line_and_warns_no_other_question(
     )
     _, warnings = resolve_sources(store, questions)
     assert len(warnings) == 1 and warnings[0].startswith("line 3: source '/docs/missing.txt'")
+
+
+def test_keyword_weight_auto_chooses_the_weight_by_question(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``keyword_weight=auto`` passes each question its own weight; ``auto*X`` scales it."""
+    from window_retriever.evaluation import make_retrieve, runner
+
+    calls: list[tuple[str, dict[str, object]]] = []
+
+    class Spy:
+        def __init__(self, **options: object) -> None:
+            assert "keyword_weight" not in options
+
+        def invoke(self, query: str, **overrides: object) -> list[Document]:
+            calls.append((query, overrides))
+            return []
+
+    monkeypatch.setattr(runner, "ContextWindowRetriever", Spy)
+    code, prose = "What does json.dumps return?", "What does the encoder return?"
+    for text, weights in (
+        ("window:keyword_weight=auto", (2.0, 1.0)),
+        ("window:keyword_weight=auto*0.75", (1.5, 0.75)),
+    ):
+        calls.clear()
+        retrieve = make_retrieve(parse_configs(text)[0], vectorstore=None)
+        for query in (code, prose):
+            retrieve(Question(line=1, question=query, answer="x"), 500)
+        assert [(query, o["keyword_weight"]) for query, o in calls] == list(
+            zip((code, prose), weights, strict=True)
+        )
+    with pytest.raises(
+        ConfigurationError, match=r"keyword_weight='auto\*x' .* must be a number, auto"
+    ):
+        parse_configs("window:keyword_weight=auto*x")
+    with pytest.raises(ConfigurationError, match=r"must be a number, auto or auto\*X"):
+        parse_configs("window:keyword_weight=automatic")

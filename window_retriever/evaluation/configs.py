@@ -28,8 +28,12 @@ class Config:
 WINDOW_OPTIONS = tuple(name for name in OVERRIDABLE if name not in ("filter", "where_document"))
 _WINDOW_HELP = (
     "window[:total_budget=N|none;expansion=adaptive|static;window_budget=N;"
-    "mode=both|prev|next;k=N;fetch_k=N;coherence=X;floor=X|none;diversity=X;candidates=vector|hybrid|keyword;keyword_weight=X]"
+    "mode=both|prev|next;k=N;fetch_k=N;coherence=X;floor=X|none;diversity=X;candidates=vector|hybrid|keyword;keyword_weight=X|auto|auto*X]"
 )
+AUTO_KEYWORD_WEIGHT = "auto"
+"""``keyword_weight=auto`` (or ``auto*X``): the weight chosen per question by
+``keyword_weight_for`` from base 1 (or X), twice the base where the question names an
+identifier. An evaluation lever (issue 42, item 3), not a retriever option."""
 
 
 def parse_configs(text: str | Sequence[str]) -> list[Config]:
@@ -69,7 +73,9 @@ def parse_configs(text: str | Sequence[str]) -> list[Config]:
                         f"option {key}={value} in configuration {item.strip()!r} must be at least 1"
                     )
                     raise ConfigurationError(msg)
-            if key in ("coherence", "keyword_weight", "diversity") or (
+            if key == "keyword_weight" and value.startswith(AUTO_KEYWORD_WEIGHT):
+                keyword_weight_base(Config(item.strip(), kind), value)
+            elif key in ("coherence", "keyword_weight", "diversity") or (
                 key == "floor" and value.lower() != "none"
             ):
                 _number_option(Config(item.strip(), kind), key, value)
@@ -89,6 +95,25 @@ def parse_configs(text: str | Sequence[str]) -> list[Config]:
     if not configs:
         raise ConfigurationError("no configurations given; e.g. plain,window")
     return configs
+
+
+def keyword_weight_base(config: Config, value: str) -> float | None:
+    """The base of ``keyword_weight=auto`` (1) or ``auto*X`` (X); ``None`` for a fixed weight."""
+    if not value.startswith(AUTO_KEYWORD_WEIGHT):
+        return None
+    rest = value.removeprefix(AUTO_KEYWORD_WEIGHT)
+    if not rest:
+        return 1.0
+    try:
+        if rest.startswith("*"):
+            return float(rest[1:])
+    except ValueError:
+        pass
+    msg = (
+        f"option keyword_weight={value!r} in configuration {config.name!r} must be a "
+        f"number, {AUTO_KEYWORD_WEIGHT} or {AUTO_KEYWORD_WEIGHT}*X"
+    )
+    raise ConfigurationError(msg)
 
 
 def _int_option(config: Config, key: str, value: str) -> int:

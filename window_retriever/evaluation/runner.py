@@ -17,12 +17,14 @@ from langchain_core.documents import Document
 
 from window_retriever._errors import ConfigurationError
 from window_retriever.core._ids import FILE_ID, START_INDEX
+from window_retriever.core._query_weight import keyword_weight_for
 from window_retriever.core._windows import DEFAULT_WINDOW_BUDGET
 from window_retriever.evaluation.configs import (
     DEFAULT_CONFIGS,
     Config,
     _int_option,
     _number_option,
+    keyword_weight_base,
     parse_configs,
 )
 from window_retriever.evaluation.counting import CountingStore
@@ -78,8 +80,11 @@ def make_retrieve(
     options = dict(config.options)
     fixed_total = options.pop("total_budget", None)
     arguments: dict[str, Any] = {}
+    by_query: float | None = None  # keyword_weight=auto: the base weight, chosen per question
     for key, value in options.items():
-        if key in ("k", "fetch_k", "window_budget"):
+        if key == "keyword_weight" and (base := keyword_weight_base(config, value)) is not None:
+            by_query = base
+        elif key in ("k", "fetch_k", "window_budget"):
             arguments[key] = _int_option(config, key, value)
         elif key in ("coherence", "keyword_weight", "diversity"):
             arguments[key] = _number_option(config, key, value)
@@ -102,7 +107,10 @@ def make_retrieve(
             retriever = retrievers[budget] = ContextWindowRetriever(
                 vectorstore=counter if counter is not None else vectorstore, **own
             )
-        docs = retriever.invoke(question.question, filter=question.where)
+        per_question: dict[str, Any] = {}
+        if by_query is not None:
+            per_question["keyword_weight"] = keyword_weight_for(question.question, by_query)
+        docs = retriever.invoke(question.question, filter=question.where, **per_question)
         return [_piece(doc) for doc in docs]
 
     return window
