@@ -7,6 +7,7 @@ to its facts, each route to its store calls, and a re-plan to reusing what was r
 from __future__ import annotations
 
 import logging
+import random
 from collections.abc import Callable
 from typing import Any
 
@@ -15,12 +16,19 @@ from langchain_chroma import Chroma
 from langchain_core.documents import Document
 from langchain_core.embeddings import DeterministicFakeEmbedding
 
-from tests.helpers.corpora import TieFreeEmbeddings, distinct_conversations, split, turns
+from tests.helpers.corpora import TOPICS, TieFreeEmbeddings, distinct_conversations, split, turns
 from tests.helpers.stores import FakeClock, StoreSpy
 from window_retriever import ContextWindowRetriever, MemoryWindowStore, add_chunks
 from window_retriever.retrieval._plan import Route, plan
 from window_retriever.retrieval._retriever import _run
-from window_retriever.stores import IdsRefused, SearchIds
+from window_retriever.stores import ChromaWindowStore, IdsRefused, SearchIds
+
+
+class Unindexed(ChromaWindowStore):
+    """The same Chroma collection, with nothing held in the process: every chunk is read."""
+
+    def held(self) -> None:
+        return None
 
 
 class _Held:
@@ -46,10 +54,15 @@ def _params(**options: Any) -> Any:
 
 
 def _route(
-    held: Any = None, *, surveys: bool = True, positions: bool = True, **options: Any
+    held: Any = None,
+    *,
+    surveys: bool = True,
+    positions: bool = True,
+    keyword_leg: bool = True,
+    **options: Any,
 ) -> str:
     facts = {"surveys": surveys, "locates": surveys, "positions": positions, "typical": True}
-    return plan(_params(**options), held, **facts).name
+    return plan(_params(**options), held, keyword_leg=keyword_leg, **facts).name
 
 
 def test_each_declared_fact_chooses_the_route_of_a_default_call() -> None:
@@ -61,6 +74,7 @@ def test_each_declared_fact_chooses_the_route_of_a_default_call() -> None:
     assert _route(_Held(), filter={"groups": {"$contains": "staff"}}, **budget) == "survey"
     assert _route(_Held(), where_document={"$contains": "x"}, **budget) == "survey"
     assert _route(_Held(), filter={"tenant": "a"}, **budget) == "stand-ins"
+    assert _route(_Held(), keyword_leg=False, **budget) == "survey"  # vector candidates
     assert _route(_Held(), surveys=False, **budget) == "read"
     assert _route(_Held(), positions=False, **budget) == "read"
     assert _route(_Held(), expansion="static", **budget) == "read"
@@ -153,6 +167,31 @@ def test_ids_that_do_not_name_positions_re_plan_to_read_once_then_plan_it(
         "route planned: read (the store's ids do not name positions)",
         "route read, 1 store call",  # its hits have no neighbours to fetch
     ]
+
+
+def test_vector_candidates_read_the_usual_way_and_see_a_write_the_index_has_not_caught_up(
+    store: Chroma, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Stand-ins are exact only where the keyword leg has just checked the index is current
+    (hybrid candidates): vector candidates search no keyword, so an index another retriever
+    built is never checked, and a neighbour left unchosen would be valued at a length a
+    write since changed. They read the usual way (docs/how-it-works.md, **Chosen before the
+    read**), and give the windows of reading every chunk."""
+    ContextWindowRetriever(store, total_budget=800).invoke("warm")  # hybrid: builds the index
+    vector = ContextWindowRetriever(store, total_budget=800, candidates="vector")
+    reading_all = ContextWindowRetriever(Unindexed(store), total_budget=800, candidates="vector")
+    chunks = split(distinct_conversations(60, tenants=True), 140, 30)
+    shorter = random.Random(1)
+    for chunk in chunks:  # half rewritten through the library: the same ids, shorter texts
+        if shorter.random() < 0.5:
+            chunk.page_content = chunk.page_content[: max(20, len(chunk.page_content) // 4)]
+    add_chunks(store, chunks)  # the index is told: its next keyword search catches up
+    with caplog.at_level(logging.DEBUG, logger="window_retriever"):
+        for question in [*TOPICS, "camping and guitar", "pottery in the garden library"]:
+            got = [(d.page_content, d.metadata) for d in vector.invoke(question)]
+            expected = [(d.page_content, d.metadata) for d in reading_all.invoke(question)]
+            assert got == expected, question
+    assert not any(route.startswith("route stand-ins") for route in _routes(caplog))
 
 
 def test_a_refused_search_among_ids_is_asked_again_under_the_filter_and_the_index_told() -> None:

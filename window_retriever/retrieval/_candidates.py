@@ -95,6 +95,11 @@ class CandidateSource(ABC):
     locates = False
     """The source can :meth:`locate` (its store searches ids alone)."""
 
+    keyword_leg = False
+    """The source searches the keyword index, which checks the collection (at most a check
+    interval stale) before its hits come back: only then may adaptive selection choose among
+    the index's stand-ins (``_plan``)."""
+
     held: Held | None = None
     """The keyword index the route holds (``Route.held``), or ``None``: a filtered search by
     ids asks it for the ids the filter passes (:func:`search_ids`), and every read by id
@@ -266,6 +271,8 @@ class HybridSearch(CandidateSource):
     found it and where. A :meth:`survey` reads no vector: a keyword hit beyond the vector
     leg's pool is measured at the pool's farthest distance.
     """
+
+    keyword_leg = True
 
     def __init__(
         self,

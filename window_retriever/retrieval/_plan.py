@@ -10,11 +10,13 @@ With ``total_budget`` and adaptive expansion (the default), three routes:
 
 - ``stand-ins``: a survey (a search of ids and distances), then one fetch of the chunks chosen
   among the keyword index's stand-ins (``_stand_ins``). Needs a store that searches ids alone
-  whose ids name positions, a keyword index that holds a snapshot, budgets in characters, and
-  a filter decided here.
+  whose ids name positions, a keyword index that holds a snapshot, a keyword leg (hybrid
+  candidates: their keyword search checks the index is current before the stand-ins are
+  read), budgets in characters, and a filter decided here.
 - ``survey``: a survey, then one fetch of the hits with the neighbours an estimate plans
   (rarely a second, for what the hits' own lengths plan beyond it). Where the above holds but
-  for the index, the length function or the filter. A ``stand-ins`` route whose check finds a
+  for the index, the keyword leg, the length function or the filter. A ``stand-ins`` route
+  whose check finds a
   stand-in that differs from the chunk read re-plans to this one, reusing its survey.
 - ``read``: a search that reads the hits, then one fetch of their neighbours with their
   vectors (``_strategies._Budgeted``). Where the store cannot search ids alone, or its ids are
@@ -94,13 +96,15 @@ def plan(
     locates: bool,
     positions: bool,
     typical: bool,
+    keyword_leg: bool,
 ) -> Route:
     """The route the facts choose (see the module docstring).
 
     ``held``: the store's keyword index, if this process holds one; ``surveys`` / ``locates``:
     the candidate source can search ids alone; ``positions``: its ids are not known to name
     anything but positions (``TypicalLength.disabled`` says when they are); ``typical``: a
-    chunk length is known, to plan a lean search by.
+    chunk length is known, to plan a lean search by; ``keyword_leg``: the source searches
+    the keyword index, which checks it is current (``CandidateSource.keyword_leg``).
     """
     snapshot = snapshot_of(held)
     if params.total_budget is None:
@@ -113,16 +117,18 @@ def plan(
         return Route("read", snapshot, ("the store cannot search ids alone",))
     if not positions:
         return Route("read", snapshot, ("the store's ids do not name positions",))
-    blocked = _why_no_stand_ins(params, snapshot)
+    blocked = _why_no_stand_ins(params, snapshot, keyword_leg)
     if blocked is None:
         return Route("stand-ins", snapshot, ("the keyword index holds every chunk's length",))
     return Route("survey", snapshot, (blocked,))
 
 
-def _why_no_stand_ins(params: Params, held: Held | None) -> str | None:
+def _why_no_stand_ins(params: Params, held: Held | None, keyword_leg: bool) -> str | None:
     """Why stand-ins cannot be chosen among before the read, or ``None`` where they can."""
     if held is None:
         return "no keyword index is held in this process yet"
+    if not keyword_leg:  # nothing checks the index: a write since would go unseen
+        return "no keyword search checks the index is current (vector candidates)"
     if params.length_function is not len:
         return "budgets measure other than characters"
     if params.where_document is not None or compile_where(params.filter) is None:

@@ -262,6 +262,7 @@ class ContextWindowRetriever(BaseRetriever):
             locates=source.locates,
             positions=not lengths.disabled,
             typical=lengths.typical() is not None,
+            keyword_leg=source.keyword_leg,
         )
         logger.debug("route planned: %s (%s)", route.name, "; ".join(route.reasons))
         return source, route
