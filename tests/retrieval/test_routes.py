@@ -194,6 +194,27 @@ def test_vector_candidates_read_the_usual_way_and_see_a_write_the_index_has_not_
     assert not any(route.startswith("route stand-ins") for route in _routes(caplog))
 
 
+@pytest.mark.parametrize(
+    ("options", "planned"),
+    [
+        ({"candidates": "keyword", "total_budget": 800}, "read"),
+        ({"candidates": "hybrid"}, "search"),
+        ({"candidates": "keyword"}, "search"),
+    ],
+)
+def test_the_logged_plan_blames_the_candidates_not_a_store_that_searches_ids(
+    store: Chroma, caplog: pytest.LogCaptureFixture, options: dict[str, Any], planned: str
+) -> None:
+    """Chroma searches ids alone; candidates that cannot (keyword, hybrid without a budget,
+    another retriever's) are why the route reads: the plan a user sees must say so."""
+    with caplog.at_level(logging.DEBUG, logger="window_retriever"):
+        ContextWindowRetriever(store, **options).invoke("pottery in the garden library")
+    (reason,) = [line for line in _routes(caplog) if line.startswith("route planned")]
+    assert reason.startswith(f"route planned: {planned} (")
+    assert "the store cannot search ids alone" not in reason
+    assert "candidates" in reason
+
+
 def test_a_refused_search_among_ids_is_asked_again_under_the_filter_and_the_index_told() -> None:
     """The store refuses an id it no longer holds (``IdsRefused``); the driver throws it into
     the flow, which tells the index that gave the ids and asks with ``where``: the adapter

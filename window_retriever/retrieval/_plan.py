@@ -16,12 +16,13 @@ With ``total_budget`` and adaptive expansion (the default), three routes:
 - ``survey``: a survey, then one fetch of the hits with the neighbours an estimate plans
   (rarely a second, for what the hits' own lengths plan beyond it). Where the above holds but
   for the index, the keyword leg, the length function or the filter. A ``stand-ins`` route
-  whose check finds a
-  stand-in that differs from the chunk read re-plans to this one, reusing its survey.
+  whose check finds a stand-in that differs from the chunk read re-plans to this one, reusing
+  its survey.
 - ``read``: a search that reads the hits, then one fetch of their neighbours with their
-  vectors (``_strategies._Budgeted``). Where the store cannot search ids alone, or its ids are
-  known not to name positions. A survey that finds so (an id of another form, or no vector
-  hit to measure by) re-plans to it, once, and searches again.
+  vectors (``_strategies._Budgeted``). Where the store cannot search ids alone (nor can
+  keyword candidates or another retriever's), or its ids are known not to name positions. A
+  survey that finds so (an id of another form, or no vector hit to measure by) re-plans to
+  it, once, and searches again.
 
 Static windows (no total budget) take ``lean`` (ids only, the planned neighbours read with the
 hits) once a chunk length is known, else ``search``; a lean search that cannot answer re-plans
@@ -39,6 +40,17 @@ from window_retriever.retrieval._params import Params
 from window_retriever.stores._protocol import Held
 
 logger = logging.getLogger("window_retriever")
+
+# Why a call reads its hits: the store (no ``search_ids``) or the candidates (keyword, another
+# retriever's, hybrid without a budget) cannot be searched by ids alone.
+_NO_SURVEY = (
+    "these candidates cannot be searched by ids alone "
+    "(that needs the store's search_ids and vector or hybrid candidates)"
+)
+_NO_LEAN = (
+    "these candidates cannot be searched by ids alone "
+    "(that needs the store's search_ids and vector candidates)"
+)
 
 RouteName = Literal["stand-ins", "survey", "read", "lean", "search"]
 
@@ -114,7 +126,7 @@ def plan(
     if not params.adaptive:
         return Route("read", snapshot, ("static expansion",))
     if not surveys:
-        return Route("read", snapshot, ("the store cannot search ids alone",))
+        return Route("read", snapshot, (_NO_SURVEY,))
     if not positions:
         return Route("read", snapshot, ("the store's ids do not name positions",))
     blocked = _why_no_stand_ins(params, snapshot, keyword_leg)
@@ -138,7 +150,7 @@ def _why_no_stand_ins(params: Params, held: Held | None, keyword_leg: bool) -> s
 
 def _why_not_lean(locates: bool, positions: bool, typical: bool) -> tuple[str, ...]:
     if not locates:
-        return ("the store cannot search ids alone",)
+        return (_NO_LEAN,)
     if not positions:
         return ("the store's ids do not name positions",)
     return ("no chunk length known yet",)
