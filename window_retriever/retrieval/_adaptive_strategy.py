@@ -155,7 +155,7 @@ class Adaptive(_Budgeted):
             return stood
         estimate = params.plan_adaptive(survey.hits, measure, self.lengths.low(), read=False)
         ids = {make_chunk_id(*position): position for position in estimate}
-        pool: Pool = yield from neighbours.read_located(survey.hits, ids, params, moved=True)
+        pool: Pool = yield from neighbours.read_located(survey.hits, ids, params)
         pool.fused = survey.fused
         pool.vectors = dict(survey.vectors)  # the hits', for diversity (none without it)
         self.lengths.learn(measure, pool.chunks.values())

@@ -178,18 +178,13 @@ class Neighbours:
         return read
 
     def read_located(
-        self,
-        covered: Sequence[Hit],
-        ids: Mapping[str, Position],
-        params: Params,
-        *,
-        moved: bool = False,
+        self, covered: Sequence[Hit], ids: Mapping[str, Position], params: Params
     ) -> Flow:
         """Read the covered hits of a lean search with their planned neighbours, in one fetch.
 
-        Return the pool, or ``None`` when a hit is not where its id says (the caller then
-        searches the usual way); with ``moved``, such a hit is taken where it is, and the
-        caller's plan from the pool's hits fetches its neighbours.
+        Return the pool. A hit read is where its id says, or has no position: ``read_record``
+        gives one only to a chunk stored under the id its metadata makes, which names its
+        position as ``position_of`` reads it.
         """
         found: Read = yield from self.read(list(ids))
         by_id = {document.id: document for document in found.documents}
@@ -199,8 +194,6 @@ class Neighbours:
             if document is None:
                 continue  # gone since the search, or hidden
             read = read_hit(document, hit.distance, params.unexpandable)
-            if read.chunk.position not in (None, hit.chunk.position) and not moved:
-                return None
             hits.append(replace(read, ranks=hit.ranks))
         kept, chunks = by_position(unique(hits))
         add_neighbours(found.documents, ids, chunks)

@@ -125,8 +125,8 @@ class StaticWindows(Strategy):
         """One flow: the hits, the fetch rounds that grow them, then wider if windows merged.
 
         The hits come from the lean search on the ``lean`` route (:meth:`_lean`: ids only,
-        the planned neighbours read with them; where it cannot answer, re-planned to
-        ``search``), else from the source's search, which reads them; either way
+        the planned neighbours read with them; where an id does not name a position,
+        re-planned to ``search``), else from the source's search, which reads them; either way
         :meth:`_assemble` fetches and grows the windows.
         """
         neighbours = Neighbours(params, held=route.held)
@@ -140,7 +140,7 @@ class StaticWindows(Strategy):
                     query, fetch_k, typical, params, source, neighbours
                 )
                 if pool is None:
-                    route.replan("search", "the lean search could not answer")
+                    route.replan("search", "a hit's id does not name its position")
             if pool is None:
                 pool = yield from source.find(query, fetch_k, params, embeddings=False)
                 pool.hits = self._floor(pool.hits, params)
@@ -170,7 +170,8 @@ class StaticWindows(Strategy):
     ) -> Flow:
         """Search for ids alone and read the hits with their planned neighbours, in one fetch.
 
-        Return ``(pool, planned positions)``, or ``(None, [])`` to search the usual way.
+        Return ``(pool, planned positions)``, or ``(None, [])`` where an id does not name a
+        position (the usual search, from then on).
         """
         found, returned = yield from source.locate(query, fetch_k, params)
         if found is None:  # ids not made by WindowSplitter: never again
@@ -180,9 +181,7 @@ class StaticWindows(Strategy):
         wanted, covered = params.plan_lean(found, typical)
         ids = {make_chunk_id(*position): position for position in wanted}
         ids |= {hit.chunk.id: hit.chunk.position for hit in covered}  # type: ignore[misc]
-        pool = yield from neighbours.read_located(covered, ids, params)
-        if pool is None:  # a hit is not where its id says: read it the usual way
-            return None, []
+        pool: Pool = yield from neighbours.read_located(covered, ids, params)
         pool.beyond = found[len(covered) :]
         pool.returned = returned
         return pool, wanted
