@@ -13,6 +13,7 @@ import random
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import chromadb
@@ -22,6 +23,7 @@ from langchain_core.documents import Document
 from langchain_core.embeddings import DeterministicFakeEmbedding
 
 import window_retriever.keywords._lifecycle as lifecycle
+from tests.helpers.servers import run_script
 from window_retriever import ContextWindowRetriever, WindowSplitter, add_chunks
 from window_retriever.keywords._index import KeywordIndex
 from window_retriever.stores._chroma_keywords import ChromaKeywordSource, keyword_index
@@ -192,3 +194,56 @@ def test_a_new_process_loads_the_saved_index_once_and_holds_it(tmp_path: Any) ->
         assert len(index.search("window budget", k=5)) == 2
     assert index.loads == 1 and index.builds == 0
     assert not index.building
+
+
+EXITING = """
+import json, pathlib, sys, threading, time
+import chromadb
+from langchain_chroma import Chroma
+from langchain_core.documents import Document
+from langchain_core.embeddings import DeterministicFakeEmbedding
+import window_retriever.keywords._lifecycle as lifecycle
+from window_retriever import ContextWindowRetriever, WindowSplitter, add_chunks
+from window_retriever.stores._chroma_keywords import ChromaKeywordSource
+
+config = json.loads(sys.argv[1])
+lifecycle.INLINE_ROWS, lifecycle.PAGE_SIZE = 5, 2  # a build in the background, page by page
+marker = pathlib.Path(config["marker"])
+read = ChromaKeywordSource.pages
+
+
+def pages(self, size):
+    try:
+        for page in read(self, size):
+            time.sleep(0.05)  # a page of a large collection takes time
+            yield page
+    finally:
+        marker.write_text("stopped")  # the read ended: it was not cut off by the exit
+
+
+ChromaKeywordSource.pages = pages
+store = Chroma(
+    client=chromadb.EphemeralClient(),
+    collection_name="exiting",
+    embedding_function=DeterministicFakeEmbedding(size=16),
+)
+text = " ".join(f"Sentence {n} about gardens and pottery." for n in range(300))
+add_chunks(store, WindowSplitter().split_documents([Document(text, metadata={"source": "notes"})]))
+ContextWindowRetriever(store, total_budget=800).invoke("pottery")  # starts the build
+building = [t for t in threading.enumerate() if t.name == "window-retriever-keywords"]
+print(json.dumps(bool(building) and building[0].is_alive()))  # then the process exits
+"""
+
+
+def test_an_exit_stops_a_build_in_the_background_and_waits_for_it(tmp_path: Path) -> None:
+    """Found by a benchmark: asking one question of 20,000 new chunks and exiting crashed the
+    process (a segmentation fault: the build's thread still read Chroma and wrote tantivy's
+    files as the interpreter tore its modules down). The exit now stops the read at its next
+    page and waits for the thread: the read ends (its ``finally`` runs), and the exit is
+    clean, well before the build would have ended."""
+    marker = tmp_path / "marker"
+    began = time.monotonic()
+    still_building = run_script(EXITING, {"marker": str(marker)})
+    assert still_building is True  # the exit came while the build ran
+    assert marker.exists()  # the read ended: not cut off mid-page by the exit
+    assert time.monotonic() - began < 60

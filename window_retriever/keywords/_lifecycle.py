@@ -446,9 +446,7 @@ class KeptIndex:
         if self._refreshing:
             return
         self._refreshing = True
-        threading.Thread(
-            target=self._refresh_in_background, name="window-retriever-keywords", daemon=True
-        ).start()
+        _in_background(self._refresh_in_background, "window-retriever-keywords")
 
     def _refresh_in_background(self) -> None:
         try:
@@ -459,6 +457,8 @@ class KeptIndex:
                 if snapshot is None or snapshot.fingerprint != fingerprint:
                     self._switch_to(fingerprint)
                 self._checked_at, self._checked_epoch = started, epoch
+        except _Exiting:  # the interpreter exits: no index to serve
+            return
         except Exception as error:  # the next due check tries again
             logger.warning("the keyword index could not be refreshed: %s", error)
         finally:
@@ -711,7 +711,7 @@ class KeptIndex:
     def _read_all(self) -> Rows:
         """Every record, ``PAGE_SIZE`` at a time, tokenised as it comes (no page is kept)."""
         builder = RowsBuilder()
-        for ids, documents, metadatas in self._source.pages(PAGE_SIZE):
+        for ids, documents, metadatas in _pages(self._source):
             add_records(builder, ids, documents, metadatas)
         return builder.rows()
 
@@ -738,7 +738,7 @@ class KeptIndex:
         seen = np.ones(rows.span, dtype=bool)
         seen[rows.live()] = False  # a dead slot holds no row
         differing: set[str] = set()
-        for ids, documents, metadatas in self._source.pages(PAGE_SIZE):
+        for ids, documents, metadatas in _pages(self._source):
             found = rows.rows_of(ids).tolist()
             for chunk_id, text, metadata, row in zip(ids, documents, metadatas, found, strict=True):
                 if row >= 0 and rows.digest(row) == digest(text, metadata):
@@ -801,11 +801,7 @@ class _Reconciler:
                 return
             self._due[id(index)] = (time.monotonic() + interval, weakref.ref(index))
             if self._thread is None:
-                self._thread = threading.Thread(
-                    target=self._run, name="window-retriever-reconcile", daemon=True
-                )
-                self._thread.start()
-                atexit.register(self.stop)
+                self._thread = _in_background(self._run, "window-retriever-reconcile")
         self._wake.set()
 
     def stop(self) -> None:
@@ -827,6 +823,8 @@ class _Reconciler:
                 started = time.monotonic()
                 try:
                     index.reconcile()
+                except _Exiting:
+                    return
                 except Exception as error:
                     logger.warning("the keyword index could not be reconciled: %s", error)
                 interval, took = index.reconcile_interval, time.monotonic() - started
@@ -843,6 +841,55 @@ class _Reconciler:
 
 _reconciler = _Reconciler()
 
+_exiting = threading.Event()
+"""Set when the interpreter exits: a read in the background stops at its next page."""
+_background: list[threading.Thread] = []
+_background_lock = threading.Lock()
+EXIT_WAIT = 60.0
+"""The longest the interpreter's exit waits for a build or reconciliation in the background
+(it stops at its next page of records; indexing what it read may take seconds more)."""
+
+
+class _Exiting(Exception):  # noqa: N818 - not an error: the interpreter exits
+    """Raised in a background read once the interpreter exits."""
+
+
+def _pages(source: KeywordSource) -> Iterator[tuple[list[str], list[str], list[Mapping[str, Any]]]]:
+    """Every record, ``PAGE_SIZE`` at a time; :class:`_Exiting` once the interpreter exits."""
+    for page in source.pages(PAGE_SIZE):
+        if _exiting.is_set():
+            raise _Exiting
+        yield page
+
+
+def _in_background(target: Callable[[], None], name: str) -> threading.Thread:
+    """Start ``target`` on a daemon thread that the interpreter's exit stops and waits for.
+
+    A daemon thread still reading Chroma or writing tantivy's files while the interpreter
+    tears its modules down crashed the process (a segmentation fault on exit, seen after
+    asking one question of 20,000 new chunks): the exit now stops it at its next page and
+    waits for it (:func:`_wait_for_background`).
+    """
+    thread = threading.Thread(target=target, name=name, daemon=True)
+    with _background_lock:
+        if not _background:
+            atexit.register(_wait_for_background)
+        _background[:] = [alive for alive in _background if alive.is_alive()]
+        _background.append(thread)
+    thread.start()
+    return thread
+
+
+def _wait_for_background() -> None:
+    """At exit: stop the reads in the background, and wait for their threads to end."""
+    _exiting.set()
+    _reconciler.stop()
+    deadline = time.monotonic() + EXIT_WAIT
+    with _background_lock:
+        threads = list(_background)
+    for thread in threads:
+        thread.join(max(0.0, deadline - time.monotonic()))
+
 
 def _held(
     snapshot: _Snapshot | None, ids: Sequence[str]
@@ -852,12 +899,14 @@ def _held(
         return None
     rows, corrected = snapshot.rows, snapshot.corrected
     found: dict[str, tuple[int, Mapping[str, Any]]] = {}
+    held: dict[str, int] = {}
     for chunk_id, row in zip(ids, rows.rows_of(ids).tolist(), strict=True):
         entry = corrected.get(chunk_id) if corrected else None
         if entry is not None:
             found[chunk_id] = entry
         elif row >= 0:
-            found[chunk_id] = (rows.length(row), rows.metadata_at(row))
+            held[chunk_id] = row
+    found.update(zip(held, rows.entries(list(held.values())), strict=True))
     return found
 
 
