@@ -131,13 +131,13 @@ def spy_on(monkeypatch: pytest.MonkeyPatch) -> Callable[[Chroma], StoreSpy]:
 
     original_call = AsyncServer.call
 
-    async def on_server(self: Any, endpoint: str, body: Mapping[str, Any]) -> Any:
+    async def on_server(self: Any, endpoint: str, body: Mapping[str, Any], **options: Any) -> Any:
         seen = watched.get(str(self._vectorstore._collection.name))
         if seen is None:
-            return await original_call(self, endpoint, body)
+            return await original_call(self, endpoint, body, **options)
         result = None
         try:
-            result = await original_call(self, endpoint, body)
+            result = await original_call(self, endpoint, body, **options)
             return result
         finally:
             log(endpoint, seen[1], seen[0], dict(body), result)

@@ -378,9 +378,9 @@ def test_a_filtered_search_on_a_server_asks_for_the_ids_the_index_passes(
         sent.append(kwargs)
         return query(*args, **kwargs)
 
-    async def spy_call(self: Any, endpoint: str, body: Any) -> Any:
+    async def spy_call(self: Any, endpoint: str, body: Any, **options: Any) -> Any:
         sent.append(dict(body))
-        return await call(self, endpoint, body)
+        return await call(self, endpoint, body, **options)
 
     monkeypatch.setattr(store._collection, "query", spy_query)
     monkeypatch.setattr(AsyncServer, "call", spy_call)
@@ -393,7 +393,7 @@ def test_a_filtered_search_on_a_server_asks_for_the_ids_the_index_passes(
 
 @pytest.mark.parametrize("run", ["sync", "async"])
 def test_a_chunk_deleted_behind_the_index_s_back_does_not_fail_a_search_on_a_server(
-    chroma_server: str, run: str
+    chroma_server: str, run: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The server refuses a search by ids naming one it no longer holds; the search asks
     again under ``where`` (sync client and async HTTP alike) and finds what Chroma finds."""
@@ -401,7 +401,10 @@ def test_a_chunk_deleted_behind_the_index_s_back_does_not_fail_a_search_on_a_ser
     where = {"tenant": "acme"}
     gone = store._collection.get(where=where, limit=1)["ids"][0]  # type: ignore[arg-type]
     store._collection.delete(ids=[gone])  # the count changes, but no check is due yet
+    read, get = [], store._collection.get
+    monkeypatch.setattr(store._collection, "get", lambda **kw: read.append(kw) or get(**kw))
     got = _search_ids(store, "topic3 word3", where, run)
+    assert read == []  # the refusal is no store failure to diagnose (a blocking read, async)
     expected = _where_hits(store, "topic3 word3", where, 8)
     assert [chunk_id for chunk_id, _ in got] == expected
 
@@ -468,9 +471,9 @@ def test_diversity_on_a_server_reads_the_hits_vectors_with_the_search_only(
     server = adapter._server()
     call = server.call
 
-    async def spy(method: str, arguments: dict[str, Any]) -> Any:
+    async def spy(method: str, arguments: dict[str, Any], **options: Any) -> Any:
         sent.append((method, arguments))
-        return await call(method, arguments)
+        return await call(method, arguments, **options)
 
     server.call = spy  # type: ignore[method-assign]
     assert asyncio.run(retriever.ainvoke("topic2 word5")) == expected

@@ -212,7 +212,8 @@ class ChromaWindowStore(WindowStore, AsyncWindowStore):
         if request.ids is not None and not request.ids:
             return None
         try:
-            return await server.call("query", _ids_query_arguments(request, vector))
+            among = request.ids is not None
+            return await server.call("query", _ids_query_arguments(request, vector), among=among)
         except Exception as error:
             if request.ids is None or not _refused(error):
                 raise

@@ -61,10 +61,16 @@ class AsyncServer:
         timeout = getattr(getattr(server, "_session", None), "timeout", None)
         return cls(vectorstore, url, headers, True if verify is None else verify, timeout)
 
-    async def call(self, endpoint: str, body: Mapping[str, Any]) -> Any:
-        """POST ``body`` to the collection's ``endpoint`` (``query`` or ``get``)."""
+    async def call(self, endpoint: str, body: Mapping[str, Any], *, among: bool = False) -> Any:
+        """POST ``body`` to the collection's ``endpoint`` (``query`` or ``get``).
+
+        ``among``: a search among ids, which Chroma refuses (``InternalError``) when one is no
+        longer stored; that error is raised as it is, not read as a store failure, whose
+        diagnosis reads the collection with the sync client, on the event loop.
+        """
         import orjson
         from chromadb.api.base_http_client import BaseHTTPClient
+        from chromadb.errors import ChromaError, InternalError
 
         collection = str(self._vectorstore._collection.id)
         with store_errors(self._vectorstore):
@@ -72,7 +78,13 @@ class AsyncServer:
                 f"{self._url}{quote(collection, safe='')}/{endpoint}",
                 content=orjson.dumps(body, option=orjson.OPT_SERIALIZE_NUMPY),
             )
+        try:
             BaseHTTPClient._raise_chroma_error(response)  # Chroma's errors, as sync raises them
+        except ChromaError as error:
+            if among and isinstance(error, InternalError):  # the caller's IdsRefused
+                raise
+            with store_errors(self._vectorstore):
+                raise
         return orjson.loads(response.content)
 
     async def _client(self) -> Any:
