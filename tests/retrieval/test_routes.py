@@ -132,7 +132,8 @@ def test_a_stand_in_that_differs_re_plans_to_the_survey_it_already_made(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     """A chunk rewritten behind the index's back: its stand-in is stale. The retrieval
-    re-plans to ``survey`` on the survey it made (no search again), once."""
+    re-plans to ``survey`` on the survey it made (no search again), once, and reads only
+    what the check did not."""
     retriever = ContextWindowRetriever(store, total_budget=800)
     question = "pottery in the garden library"
     target = retriever.invoke(question)[0].metadata["hit_chunk_ids"][0]
@@ -148,6 +149,8 @@ def test_a_stand_in_that_differs_re_plans_to_the_survey_it_already_made(
         "route stand-ins>survey, 3 store calls (a stand-in differed from the chunk read)"
     )
     assert spy.calls == {"query": 1, "get": 2}
+    check, then = [set(arguments["ids"]) for name, arguments, _ in spy.log if name == "get"]
+    assert target in check and not check & then  # what the check read is not read again
     assert any("moved to Tuesday" in document.page_content for document in got)
 
 

@@ -92,7 +92,6 @@ class Adaptive(_Budgeted):
                     if documents is not None:
                         return documents
                     route.replan("survey", "a stand-in differed from the chunk read")
-                    neighbours = Neighbours(params, held=route.held)
                 documents = yield from self._from_survey(survey, params, neighbours, None)
                 assert documents is not None  # noqa: S101 - without stand-ins it reads
                 return documents

@@ -140,6 +140,9 @@ class Neighbours:
         self.embeddings = embeddings
         self.space: Space | None = None
         """The distance space of the store's last answer (``None`` before the first read)."""
+        self.asked: dict[str, Document | None] = {}
+        """Every id this retrieval read without vectors: the chunk, or ``None`` (not stored,
+        or hidden). A re-planned route reads none of them again."""
 
     def fetch(self, pool: Pool, positions: Iterable[Position]) -> Flow:
         """Read the positions not asked before; the filter's hidden chunks become gaps."""
@@ -158,12 +161,20 @@ class Neighbours:
     def read(self, ids: Sequence[str], *, embeddings: bool = False) -> Flow:
         """Read ``ids`` in one fetch; return a :class:`Read` of those the filter passes.
 
+        Without vectors, an id this retrieval read before is not asked again (what it found
+        comes with the rest): a route re-planned after a read pays only for what is new.
+
         What the process holds beside the store (the keyword index) is told what was read
         (``Held.correct``): a chunk rewritten behind its back is then held as read.
         """
+        asked, wanted = self.asked, list(dict.fromkeys(ids))
+        unasked = wanted if embeddings else [i for i in wanted if i not in asked]
+        if not unasked and self.space is not None:  # all read before by this retrieval
+            known = (asked[i] for i in wanted)
+            return Read([document for document in known if document is not None], {}, self.space)
         held = self.held
         build = None if held is None else held.build()
-        found = yield Fetch(list(ids), self.where, self.where_document, embeddings=embeddings)
+        found = yield Fetch(unasked, self.where, self.where_document, embeddings=embeddings)
         self.space = found.space
         if held is not None and found.documents:
             read_now = {d.id: (len(d.page_content), d.metadata) for d in found.documents if d.id}
@@ -175,6 +186,11 @@ class Neighbours:
                 read.documents.append(document)
                 if embeddings:
                     read.vectors[document.id or ""] = vector
+        if not embeddings:  # what was read before comes with it, in the order asked
+            asked.update(dict.fromkeys(unasked))
+            asked.update((document.id or "", document) for document in read.documents)
+            known = (asked[i] for i in wanted)
+            read.documents = [document for document in known if document is not None]
         return read
 
     def read_located(
