@@ -70,7 +70,7 @@ class AsyncServer:
         """
         import orjson
         from chromadb.api.base_http_client import BaseHTTPClient
-        from chromadb.errors import ChromaError, InternalError
+        from chromadb.errors import InternalError
 
         collection = str(self._vectorstore._collection.id)
         with store_errors(self._vectorstore):
@@ -80,7 +80,7 @@ class AsyncServer:
             )
         try:
             BaseHTTPClient._raise_chroma_error(response)  # Chroma's errors, as sync raises them
-        except ChromaError as error:
+        except Exception as error:  # a refusal of the credentials is a bare Exception
             if among and isinstance(error, InternalError):  # the caller's IdsRefused
                 raise
             with store_errors(self._vectorstore):
