@@ -19,7 +19,7 @@ from langchain_core.embeddings import DeterministicFakeEmbedding
 from tests.helpers.corpora import TOPICS, TieFreeEmbeddings, distinct_conversations, split, turns
 from tests.helpers.stores import FakeClock, StoreSpy
 from window_retriever import ContextWindowRetriever, MemoryWindowStore, add_chunks
-from window_retriever.retrieval._plan import Route, plan
+from window_retriever.retrieval._plan import Route, plan, snapshot_of
 from window_retriever.retrieval._retriever import _run
 from window_retriever.stores import ChromaWindowStore, IdsRefused, SearchIds
 
@@ -62,7 +62,7 @@ def _route(
     **options: Any,
 ) -> str:
     facts = {"surveys": surveys, "locates": surveys, "positions": positions, "typical": True}
-    return plan(_params(**options), held, keyword_leg=keyword_leg, **facts).name
+    return plan(_params(**options), snapshot_of(held), keyword_leg=keyword_leg, **facts).name
 
 
 def test_each_declared_fact_chooses_the_route_of_a_default_call() -> None:

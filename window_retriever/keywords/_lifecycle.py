@@ -899,14 +899,14 @@ def _held(
         return None
     rows, corrected = snapshot.rows, snapshot.corrected
     found: dict[str, tuple[int, Mapping[str, Any]]] = {}
-    held: dict[str, int] = {}
+    in_rows: dict[str, int] = {}  # read from the rows at once, below
     for chunk_id, row in zip(ids, rows.rows_of(ids).tolist(), strict=True):
         entry = corrected.get(chunk_id) if corrected else None
         if entry is not None:
             found[chunk_id] = entry
         elif row >= 0:
-            held[chunk_id] = row
-    found.update(zip(held, rows.entries(list(held.values())), strict=True))
+            in_rows[chunk_id] = row
+    found.update(zip(in_rows, rows.entries(list(in_rows.values())), strict=True))
     return found
 
 

@@ -112,27 +112,27 @@ def plan(
 ) -> Route:
     """The route the facts choose (see the module docstring).
 
-    ``held``: the store's keyword index, if this process holds one; ``surveys`` / ``locates``:
+    ``held``: the store's keyword index where this process holds one with a snapshot
+    (:func:`snapshot_of`), else ``None``; ``surveys`` / ``locates``:
     the candidate source can search ids alone; ``positions``: its ids are not known to name
     anything but positions (``TypicalLength.disabled`` says when they are); ``typical``: a
     chunk length is known, to plan a lean search by; ``keyword_leg``: the source searches
     the keyword index, which checks it is current (``CandidateSource.keyword_leg``).
     """
-    snapshot = snapshot_of(held)
     if params.total_budget is None:
         if locates and positions and typical:
-            return Route("lean", snapshot, ("the store searches ids alone", "a length is known"))
-        return Route("search", snapshot, _why_not_lean(locates, positions, typical))
+            return Route("lean", held, ("the store searches ids alone", "a length is known"))
+        return Route("search", held, _why_not_lean(locates, positions, typical))
     if not params.adaptive:
-        return Route("read", snapshot, ("static expansion",))
+        return Route("read", held, ("static expansion",))
     if not surveys:
-        return Route("read", snapshot, (_NO_SURVEY,))
+        return Route("read", held, (_NO_SURVEY,))
     if not positions:
-        return Route("read", snapshot, ("the store's ids do not name positions",))
-    blocked = _why_no_stand_ins(params, snapshot, keyword_leg)
+        return Route("read", held, ("the store's ids do not name positions",))
+    blocked = _why_no_stand_ins(params, held, keyword_leg)
     if blocked is None:
-        return Route("stand-ins", snapshot, ("the keyword index holds every chunk's length",))
-    return Route("survey", snapshot, (blocked,))
+        return Route("stand-ins", held, ("the keyword index holds every chunk's length",))
+    return Route("survey", held, (blocked,))
 
 
 def _why_no_stand_ins(params: Params, held: Held | None, keyword_leg: bool) -> str | None:
