@@ -7,7 +7,8 @@ Usage::
         --package before=/tmp/before --package after=. --out FILE
 
 It builds one embedded store of ``realistic.corpus`` chunks (``--chunks``, 20,000 by default;
-the fake embedding, so that embedding the query costs nothing: the worst case for the ratio)
+the fake embedding, so that embedding the query costs nothing: the worst case for the ratio;
+``--embeddings packaged`` for the packaged model, what a user runs)
 and its keyword index, once, in a temporary folder. Then, ``--rounds`` times, each checkout in
 turn runs a fresh process (``PYTHONPATH`` = its folder) that opens the store, warms both
 retrievers on 30 queries, and times ``--queries`` queries through static windows
@@ -32,16 +33,22 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 
 
-def child(store: str, chunks: int, queries: int, build: bool) -> dict[str, float]:
+def child(store: str, chunks: int, queries: int, build: bool, model: str) -> dict[str, float]:
     """In a process of one checkout: build the store, or time both retrievers on it."""
     sys.path.insert(0, str(HERE))
-    from langchain_core.embeddings import DeterministicFakeEmbedding
+    from langchain_core.embeddings import DeterministicFakeEmbedding, Embeddings
     from realistic import corpus
 
     from window_retriever import ContextWindowRetriever, add_chunks, open_store
     from window_retriever.stores import keyword_index
 
-    embeddings = DeterministicFakeEmbedding(size=384)
+    embeddings: Embeddings
+    if model == "packaged":  # the query embedded as a user's is: the ratio a user sees
+        from window_retriever._embeddings import default_embeddings
+
+        embeddings = default_embeddings()
+    else:
+        embeddings = DeterministicFakeEmbedding(size=384)
     split, asked = corpus(chunks)
     asked = asked[:queries]
     if build:
@@ -85,20 +92,30 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--chunks", type=int, default=20_000)
     parser.add_argument("--queries", type=int, default=300)
+    parser.add_argument(
+        "--embeddings",
+        choices=["fake", "packaged"],
+        default="fake",
+        help="the fake embedding (the query costs nothing: the worst case for the ratio) or the "
+        "packaged model (what a user runs)",
+    )
     parser.add_argument("--out", type=Path)
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--store", help=argparse.SUPPRESS)
     parser.add_argument("--build", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        print(json.dumps(child(args.store, args.chunks, args.queries, args.build)))
+        print(json.dumps(child(args.store, args.chunks, args.queries, args.build, args.embeddings)))
         return
     packages = dict(item.split("=", 1) for item in args.package) or {"current": ""}
     packages = {
         label: str(Path(folder).resolve()) if folder else "" for label, folder in packages.items()
     }
     with tempfile.TemporaryDirectory() as folder:
-        common = ["--store", folder, "--chunks", str(args.chunks), "--queries", str(args.queries)]
+        common = [
+            *("--store", folder, "--chunks", str(args.chunks), "--queries", str(args.queries)),
+            *("--embeddings", args.embeddings),
+        ]
         run(next(iter(packages.values())), [*common, "--build"])
         time.sleep(2)  # the keyword index saved beside the store
         rounds: dict[str, list[dict[str, Any]]] = {label: [] for label in packages}

@@ -1,11 +1,12 @@
 """Latency at scale: windowed against plain retrieval, embedded and on a Chroma server.
 
 Usage: ``python benchmarks/scale.py [--chunks 10000 100000] [--queries 200] [--text docs]
-[--corpus synthetic|realistic] [--out FILE]``.
+[--corpus synthetic|realistic] [--embeddings fake|packaged] [--out FILE]``.
 
 For each corpus size it builds one store of synthetic chunks (files of 50 chunks of about 400
 characters, ten tenants, split and stamped by WindowSplitter, the fake embedding so that the
-query embedding costs nothing: the worst case for the ratio) on local disk, and the same
+query embedding costs nothing: the worst case for the ratio; ``--embeddings packaged`` for the
+packaged model, which every query then pays for, as a user's does) on local disk, and the same
 corpus on a ``chroma run`` server on loopback. The synthetic corpus is the worst case of the
 keyword search, not a benchmark of it: its 22 words are each in nine chunks of ten. With
 ``--text docs`` the chunks are the Python documentation's instead (``apt-get install
@@ -57,7 +58,7 @@ from pathlib import Path
 from typing import Any
 
 from langchain_core.documents import Document
-from langchain_core.embeddings import DeterministicFakeEmbedding
+from langchain_core.embeddings import DeterministicFakeEmbedding, Embeddings
 from synthetic import synthetic_files
 
 from window_retriever import (
@@ -306,9 +307,20 @@ def main() -> None:
         help="--text's corpus, or real documentation resampled (realistic.py); synthetic is "
         "the keyword search's worst case",
     )
+    parser.add_argument(
+        "--embeddings",
+        choices=["fake", "packaged"],
+        default="fake",
+        help="the fake embedding (the query costs nothing: the worst case for the ratios) or "
+        "the packaged model (what a user runs; every query is embedded by it)",
+    )
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
-    embeddings = DeterministicFakeEmbedding(size=384)
+    embeddings: Embeddings = DeterministicFakeEmbedding(size=384)
+    if args.embeddings == "packaged":
+        from window_retriever._embeddings import default_embeddings
+
+        embeddings = default_embeddings()
     rows: list[dict[str, Any]] = []
     for size in args.chunks:
         if args.corpus == "realistic":
@@ -342,6 +354,7 @@ def main() -> None:
                             "chunks": len(split),
                             "store": kind,
                             "filter": next(iter(where)) if where else "none",
+                            "embeddings": args.embeddings,
                             "build_s": round(built, 1),
                             **measure(store, queries, where, args.spaced),
                         }
