@@ -240,3 +240,28 @@ def test_a_refused_search_among_ids_is_asked_again_under_the_filter_and_the_inde
     assert found == [("a", 0.0)]
     assert [request.ids for request in asked] == [["gone"], None]
     assert held.distrusted == 1 and route.store_calls == 2
+
+
+@pytest.mark.parametrize("diversity", [0.0, 0.5])
+def test_a_filter_the_index_passes_nothing_asks_the_store_nothing(diversity: float) -> None:
+    """Where the index says no chunk passes the filter, the search is answered here: no store
+    call (none counted), and no query embedded for a search among no ids."""
+    from window_retriever.retrieval._candidates import search_ids, search_vectors
+
+    class Counting(MemoryWindowStore):
+        def search_ids(self, request: SearchIds) -> list[tuple[str, float]]:
+            raise AssertionError("asked the store")
+
+        search_vectors = search_ids  # type: ignore[assignment]
+
+    class Nothing(_Held):
+        def passing(self, where: Any) -> list[str]:
+            return []
+
+    held = Nothing()
+    store = Counting(DeterministicFakeEmbedding(size=8))
+    route = Route("survey", held)  # type: ignore[arg-type]
+    search = search_ids if diversity == 0 else search_vectors
+    found = _run(search("q", 2, {"tenant": "a"}, None, held), store, route)  # type: ignore[arg-type]
+    assert (found if diversity == 0 else found.hits) == []
+    assert route.store_calls == 0

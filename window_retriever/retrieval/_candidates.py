@@ -175,7 +175,8 @@ def search_ids(
     searches among them (``SearchIds.ids``) in place of its ``where``. As current as the index:
     every chunk read is checked against the filter again (``Neighbours.read``), and where the
     store refuses an id it no longer holds (:class:`IdsRefused`) the index is told
-    (``Held.distrust``) and the store asked again with ``where``: one store call more.
+    (``Held.distrust``) and the store asked again with ``where``: one store call more. Where
+    it passes none, there are no hits and the store is not asked.
     """
     found: IdHits = yield from _among_passing(SearchIds, query, k, where, where_document, held)
     return found
@@ -210,6 +211,8 @@ def _among_passing(
     ids: list[str] | None = yield Call(
         lambda: passing(decided), lambda: in_thread(passing, decided)
     )
+    if ids == []:  # the filter passes no chunk: nothing to ask the store
+        return [] if request is SearchIds else VectorHits(hits=[], vectors=[])
     try:
         return (yield request(query, k, where, where_document, ids=ids))
     except IdsRefused:
