@@ -11,6 +11,8 @@ index reads and writes of the collection (``ChromaKeywordSource``, ``keyword_ind
 from __future__ import annotations
 
 import sys
+import threading
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
@@ -72,6 +74,7 @@ class ChromaWindowStore(WindowStore, AsyncWindowStore):
         """The ids of the writes tried since the last :meth:`written` (for the change feed)."""
         self._intents: list[str] = []
         """The tokens of the pending feed entries recorded since the last :meth:`written`."""
+        self._vectors = _QueryVectors()
 
     # ---- reads -----------------------------------------------------------------------------
 
@@ -176,7 +179,7 @@ class ChromaWindowStore(WindowStore, AsyncWindowStore):
         server = self._server()
         if server is None:
             return await in_thread(self.search, request)
-        vector = list(await self._embedder().aembed_query(request.query))
+        vector = await self._aquery_vector(request.query)
         result = await server.call("query", _query_arguments(request, vector))
         return _hits(result, vector, self.space(), request)
 
@@ -208,7 +211,7 @@ class ChromaWindowStore(WindowStore, AsyncWindowStore):
         """:meth:`_lean_query` over async HTTP on a server."""
         server = self._server()
         assert server is not None  # noqa: S101 - the callers checked
-        vector = await self._embedder().aembed_query(request.query)
+        vector = await self._aquery_vector(request.query)
         if request.ids is not None and not request.ids:
             return None
         try:
@@ -388,7 +391,54 @@ class ChromaWindowStore(WindowStore, AsyncWindowStore):
         return embedder
 
     def _query_vector(self, query: str) -> list[float]:
-        return list(self._embedder().embed_query(query))
+        """The query's vector by the store's model, embedded once (:class:`_QueryVectors`)."""
+        embedder = self._embedder()
+        vector = self._vectors.get(embedder, query)
+        if vector is None:
+            vector = self._vectors.put(embedder, query, embedder.embed_query(query))
+        return vector
+
+    async def _aquery_vector(self, query: str) -> list[float]:
+        """:meth:`_query_vector`, embedded with the model's ``aembed_query``."""
+        embedder = self._embedder()
+        vector = self._vectors.get(embedder, query)
+        if vector is None:
+            vector = self._vectors.put(embedder, query, await embedder.aembed_query(query))
+        return vector
+
+
+class _QueryVectors:
+    """The vectors of the last few queries: a query is embedded once however often it is searched.
+
+    A retrieval searches more than once where static windows merge (the search again, twice as
+    wide), where its route re-plans to ``read``, or where the store refused the ids it was
+    given; an evaluation asks one question at several budgets. With the packaged model each
+    embedding costs about 10 ms, more than the searches it serves. Kept per embedding model:
+    a store given another model is never answered from the old one's vectors.
+    """
+
+    KEPT = 32
+
+    def __init__(self) -> None:
+        self._kept: OrderedDict[str, tuple[object, tuple[float, ...]]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, embedder: object, query: str) -> list[float] | None:
+        with self._lock:
+            kept = self._kept.get(query)
+            if kept is None or kept[0] is not embedder:
+                return None
+            self._kept.move_to_end(query)
+        return list(kept[1])  # a copy: the caller's list is its own
+
+    def put(self, embedder: object, query: str, vector: Sequence[float]) -> list[float]:
+        kept = tuple(float(value) for value in vector)
+        with self._lock:
+            self._kept[query] = (embedder, kept)
+            self._kept.move_to_end(query)
+            while len(self._kept) > self.KEPT:
+                self._kept.popitem(last=False)
+        return list(kept)
 
 
 def _exactly(record: Record, stored: Mapping[str, Any] | None) -> Record:
