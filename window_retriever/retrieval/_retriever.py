@@ -35,7 +35,13 @@ from window_retriever.retrieval._pool import Flow, TypicalLength, above_floor
 from window_retriever.retrieval._records import Unexpandable, to_plain_document
 from window_retriever.retrieval._strategies import BudgetedStatic, StaticWindows, Strategy
 from window_retriever.stores._adapters import store_adapter
-from window_retriever.stores._protocol import IdsRefused, WindowStore, aexecute, execute
+from window_retriever.stores._protocol import (
+    IdsRefused,
+    WindowStore,
+    aexecute,
+    execute,
+    one_retrieval,
+)
 
 __all__ = ["OVERRIDABLE", "ContextWindowRetriever"]
 
@@ -343,31 +349,7 @@ def _run(flow: Flow, store: WindowStore, route: Route | None = None) -> Any:
     """
     response: Any = None
     refused: IdsRefused | None = None
-    while True:
-        try:
-            request = flow.throw(refused) if refused is not None else flow.send(response)
-        except StopIteration as done:
-            return done.value
-        refused = None
-        if isinstance(request, Beside):
-            response = request.start()
-        elif isinstance(request, Call):
-            response = request.run()
-        else:
-            if route is not None:
-                route.store_calls += 1
-            try:
-                response = execute(store, request)
-            except IdsRefused as error:
-                refused = error
-
-
-async def _arun(flow: Flow, store: WindowStore, route: Route | None = None) -> Any:
-    """Drive a flow of requests to its end, awaiting each; return what it returns (see _run)."""
-    response: Any = None
-    refused: IdsRefused | None = None
-    started: list[asyncio.Future[Any]] = []
-    try:
+    with one_retrieval():  # the query embedded once, however often it is searched
         while True:
             try:
                 request = flow.throw(refused) if refused is not None else flow.send(response)
@@ -375,17 +357,43 @@ async def _arun(flow: Flow, store: WindowStore, route: Route | None = None) -> A
                 return done.value
             refused = None
             if isinstance(request, Beside):
-                response, task = request.astart()
-                started.append(task)
+                response = request.start()
             elif isinstance(request, Call):
-                response = await request.arun()
+                response = request.run()
             else:
                 if route is not None:
                     route.store_calls += 1
                 try:
-                    response = await aexecute(store, request)
+                    response = execute(store, request)
                 except IdsRefused as error:
                     refused = error
-    finally:
-        for task in started:  # the flow ended before it awaited them (an error)
-            task.cancel()
+
+
+async def _arun(flow: Flow, store: WindowStore, route: Route | None = None) -> Any:
+    """Drive a flow of requests to its end, awaiting each; return what it returns (see _run)."""
+    response: Any = None
+    refused: IdsRefused | None = None
+    started: list[asyncio.Future[Any]] = []
+    with one_retrieval():  # as in _run
+        try:
+            while True:
+                try:
+                    request = flow.throw(refused) if refused is not None else flow.send(response)
+                except StopIteration as done:
+                    return done.value
+                refused = None
+                if isinstance(request, Beside):
+                    response, task = request.astart()
+                    started.append(task)
+                elif isinstance(request, Call):
+                    response = await request.arun()
+                else:
+                    if route is not None:
+                        route.store_calls += 1
+                    try:
+                        response = await aexecute(store, request)
+                    except IdsRefused as error:
+                        refused = error
+        finally:
+            for task in started:  # the flow ended before it awaited them (an error)
+                task.cancel()

@@ -6,7 +6,8 @@ retriever sends (:class:`Search`, :class:`SearchIds`, :class:`SearchVectors`, :c
 and what comes back (:class:`Found`, ``IdHits``, :class:`VectorHits`; :class:`IdsRefused` when a
 search among stale ids is refused), :class:`Held` with
 ``Indexed`` (what a process holds beside the store), :class:`Record` for writes, and the two
-stores the library ships (:class:`ChromaWindowStore`, :class:`MemoryWindowStore`). Beside them, the
+stores the library ships (:class:`ChromaWindowStore`, :class:`MemoryWindowStore`), and
+:func:`query_vector` / :func:`aquery_vector` (a query embedded once a retrieval). Beside them, the
 keyword index of a Chroma collection: :func:`keyword_index` (the process's shared
 :class:`KeywordIndex`), :func:`invalidate_keywords` and :func:`reindex_keywords` (for
 writers outside the library).
@@ -40,6 +41,8 @@ if TYPE_CHECKING:
         VectorHits,
         Where,
         WindowStore,
+        aquery_vector,
+        query_vector,
     )
 
 _WHERE = {
@@ -61,6 +64,8 @@ _WHERE = {
     "VectorHits": "window_retriever.stores._protocol",
     "Where": "window_retriever.stores._protocol",
     "WindowStore": "window_retriever.stores._protocol",
+    "aquery_vector": "window_retriever.stores._protocol",
+    "query_vector": "window_retriever.stores._protocol",
     "invalidate_keywords": "window_retriever.stores._chroma_keywords",
     "keyword_index": "window_retriever.stores._chroma_keywords",
     "reindex_keywords": "window_retriever.stores._chroma_keywords",
@@ -102,7 +107,9 @@ __all__ = [
     "VectorHits",
     "Where",
     "WindowStore",
+    "aquery_vector",
     "invalidate_keywords",
     "keyword_index",
+    "query_vector",
     "reindex_keywords",
 ]

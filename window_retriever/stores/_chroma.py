@@ -11,8 +11,6 @@ index reads and writes of the collection (``ChromaKeywordSource``, ``keyword_ind
 from __future__ import annotations
 
 import sys
-import threading
-from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
@@ -38,7 +36,9 @@ from window_retriever.stores._protocol import (
     VectorHits,
     Where,
     WindowStore,
+    aquery_vector,
     in_thread,
+    query_vector,
 )
 
 if TYPE_CHECKING:
@@ -74,7 +74,6 @@ class ChromaWindowStore(WindowStore, AsyncWindowStore):
         """The ids of the writes tried since the last :meth:`written` (for the change feed)."""
         self._intents: list[str] = []
         """The tokens of the pending feed entries recorded since the last :meth:`written`."""
-        self._vectors = _QueryVectors()
 
     # ---- reads -----------------------------------------------------------------------------
 
@@ -391,54 +390,11 @@ class ChromaWindowStore(WindowStore, AsyncWindowStore):
         return embedder
 
     def _query_vector(self, query: str) -> list[float]:
-        """The query's vector by the store's model, embedded once (:class:`_QueryVectors`)."""
-        embedder = self._embedder()
-        vector = self._vectors.get(embedder, query)
-        if vector is None:
-            vector = self._vectors.put(embedder, query, embedder.embed_query(query))
-        return vector
+        """The query's vector by the store's model, once within a retrieval (``one_retrieval``)."""
+        return query_vector(self._embedder(), query)
 
     async def _aquery_vector(self, query: str) -> list[float]:
-        """:meth:`_query_vector`, embedded with the model's ``aembed_query``."""
-        embedder = self._embedder()
-        vector = self._vectors.get(embedder, query)
-        if vector is None:
-            vector = self._vectors.put(embedder, query, await embedder.aembed_query(query))
-        return vector
-
-
-class _QueryVectors:
-    """The vectors of the last few queries: a query is embedded once however often it is searched.
-
-    A retrieval searches more than once where static windows merge (the search again, twice as
-    wide), where its route re-plans to ``read``, or where the store refused the ids it was
-    given; an evaluation asks one question at several budgets. With the packaged model each
-    embedding costs about 10 ms, more than the searches it serves. Kept per embedding model:
-    a store given another model is never answered from the old one's vectors.
-    """
-
-    KEPT = 32
-
-    def __init__(self) -> None:
-        self._kept: OrderedDict[str, tuple[object, tuple[float, ...]]] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def get(self, embedder: object, query: str) -> list[float] | None:
-        with self._lock:
-            kept = self._kept.get(query)
-            if kept is None or kept[0] is not embedder:
-                return None
-            self._kept.move_to_end(query)
-        return list(kept[1])  # a copy: the caller's list is its own
-
-    def put(self, embedder: object, query: str, vector: Sequence[float]) -> list[float]:
-        kept = tuple(float(value) for value in vector)
-        with self._lock:
-            self._kept[query] = (embedder, kept)
-            self._kept.move_to_end(query)
-            while len(self._kept) > self.KEPT:
-                self._kept.popitem(last=False)
-        return list(kept)
+        return await aquery_vector(self._embedder(), query)
 
 
 def _exactly(record: Record, stored: Mapping[str, Any] | None) -> Record:

@@ -31,6 +31,7 @@ from window_retriever.stores._protocol import (
     Space,
     Where,
     WindowStore,
+    query_vector,
 )
 
 TextPredicate = Callable[[str], bool]
@@ -89,7 +90,7 @@ class MemoryWindowStore(WindowStore):
 
     def search(self, request: Search) -> Found:
         """The ``k`` nearest records that pass the filters, best first."""
-        vector = self._embeddings.embed_query(request.query)
+        vector = query_vector(self._embeddings, request.query)
         ranked = self._ranked(vector, request.k, request.where, request.where_document)
         return Found(
             documents=[_document(i, record) for i, record, _ in ranked],
@@ -103,7 +104,7 @@ class MemoryWindowStore(WindowStore):
 
     def search_ids(self, request: SearchIds) -> IdHits:
         """The ``k`` nearest ids that pass the filters, with their distances."""
-        vector = self._embeddings.embed_query(request.query)
+        vector = query_vector(self._embeddings, request.query)
         ranked = self._ranked(vector, request.k, request.where, request.where_document)
         return [(chunk_id, distance) for chunk_id, _, distance in ranked]
 

@@ -46,7 +46,9 @@ The rules every store keeps (the retriever and ingestion rely on them):
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol, TypeVar, overload
 
@@ -475,6 +477,54 @@ async def aexecute(store: WindowStore, request: Request) -> Response:
 async def in_thread(function: Callable[..., _T], *args: Any) -> _T:
     """Run a blocking store call in LangChain's executor: the one place async code does so."""
     return await run_in_executor(None, function, *args)
+
+
+_QUERY_VECTORS: ContextVar[dict[tuple[int, str], list[float]] | None] = ContextVar(
+    "window_retriever_query_vectors", default=None
+)
+"""The query vectors of the retrieval under way (:func:`one_retrieval`), by model and query.
+LangChain's executor copies the context into its threads, so a sync call run from async code
+shares them."""
+
+
+@contextmanager
+def one_retrieval() -> Iterator[None]:
+    """The requests of one retrieval: within it, a store embeds each query once.
+
+    A retrieval may search more than once (static windows whose hits merge search again,
+    twice as wide; a route re-planned to ``read``; a search among ids the store refused), and
+    with the packaged model an embedding costs about 10 ms, more than the search it serves.
+    Only within one retrieval: another call, even of the same query, embeds it again, so no
+    call is faster for what an earlier one asked.
+    """
+    token = _QUERY_VECTORS.set({})
+    try:
+        yield
+    finally:
+        _QUERY_VECTORS.reset(token)
+
+
+def query_vector(embedder: Any, query: str) -> list[float]:
+    """``embedder.embed_query(query)``, once within one retrieval (:func:`one_retrieval`)."""
+    kept, key = _QUERY_VECTORS.get(), (id(embedder), query)
+    vector = None if kept is None else kept.get(key)
+    if vector is None:
+        vector = list(embedder.embed_query(query))
+        if kept is not None:
+            kept[key] = vector
+    return vector
+
+
+async def aquery_vector(embedder: Any, query: str) -> list[float]:
+    """:func:`query_vector` with the model's ``aembed_query``."""
+    kept, key = _QUERY_VECTORS.get(), (id(embedder), query)
+    vector = None if kept is None else kept.get(key)
+    if vector is None:
+        embedded: Awaitable[Sequence[float]] = embedder.aembed_query(query)
+        vector = list(await embedded)
+        if kept is not None:
+            kept[key] = vector
+    return vector
 
 
 def _check(store: WindowStore, request: Request) -> Request:
