@@ -266,9 +266,7 @@ async def test_a_blocked_store_call_leaves_the_event_loop_running(store: WindowS
         assert model._gate is not None
         model._gate.set()
 
-    # Two queries: the Chroma adapter embeds a query once (``_QueryVectors``), so the second
-    # request of the same query would never reach the model to block in it.
-    for request in (Search("owl", k=2), SearchIds("wolf", k=2)):
+    for request in (Search("owl", k=2), SearchIds("owl", k=2)):
         model._entered.clear()
         model._gate.clear()
         answer, _ = await asyncio.gather(aexecute(store, request), open_the_gate())
