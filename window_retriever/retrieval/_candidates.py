@@ -48,7 +48,9 @@ from window_retriever.stores._protocol import (
     VectorHits,
     Where,
     WindowStore,
+    aquery_vector,
     in_thread,
+    query_vector,
 )
 
 SURVEY_WIDTH = 100
@@ -234,7 +236,8 @@ def _surveyed(query: str, width: int, k: int, params: Params, held: Held | None)
         query, width, params.filter, params.where_document, held
     )
     first = zip(found.hits[:k], found.vectors, strict=False)
-    return found.hits, {chunk_id: vector for (chunk_id, _), vector in first}, found.space
+    space = found.space if found.hits else None  # none found (perhaps not asked): not known
+    return found.hits, {chunk_id: vector for (chunk_id, _), vector in first}, space
 
 
 def _vectors(found: Found) -> dict[str, Sequence[float]]:
@@ -439,7 +442,7 @@ def source_for(params: Params, store: WindowStore, held: Held | None = None) -> 
     return RetrieverHits(
         params.candidates,
         lambda query: Call(
-            lambda: embedder.embed_query(query), lambda: embedder.aembed_query(query)
+            lambda: query_vector(embedder, query), lambda: aquery_vector(embedder, query)
         ),
         held=held,
     )

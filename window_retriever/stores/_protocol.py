@@ -47,7 +47,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from contextvars import ContextVar
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol, TypeVar, overload
@@ -479,12 +479,12 @@ async def in_thread(function: Callable[..., _T], *args: Any) -> _T:
     return await run_in_executor(None, function, *args)
 
 
-_QUERY_VECTORS: ContextVar[dict[tuple[int, str], list[float]] | None] = ContextVar(
+_QUERY_VECTORS: ContextVar[dict[str, list[tuple[object, list[float]]]] | None] = ContextVar(
     "window_retriever_query_vectors", default=None
 )
-"""The query vectors of the retrieval under way (:func:`one_retrieval`), by model and query.
-LangChain's executor copies the context into its threads, so a sync call run from async code
-shares them."""
+"""The query vectors of the retrieval under way (:func:`one_retrieval`): by query, each with
+the model that embedded it. LangChain's executor copies the context into its threads, so a
+sync call run from async code shares them."""
 
 
 @contextmanager
@@ -494,36 +494,57 @@ def one_retrieval() -> Iterator[None]:
     A retrieval may search more than once (static windows whose hits merge search again,
     twice as wide; a route re-planned to ``read``; a search among ids the store refused), and
     with the packaged model an embedding costs about 10 ms, more than the search it serves.
-    Only within one retrieval: another call, even of the same query, embeds it again, so no
-    call is faster for what an earlier one asked.
+    A retrieval run within another (``candidates=`` a retriever that retrieves) shares the
+    outer one's vectors. Only within one retrieval: another call, even of the same query,
+    embeds it again, so no call is faster for what an earlier one asked.
     """
-    token = _QUERY_VECTORS.set({})
+    outer = _QUERY_VECTORS.get()
+    token = _QUERY_VECTORS.set({} if outer is None else outer)
     try:
         yield
     finally:
-        _QUERY_VECTORS.reset(token)
+        with suppress(ValueError):  # closed from another context (an abandoned task's coroutine)
+            _QUERY_VECTORS.reset(token)
+
+
+def _kept(
+    query: str, embedder: object
+) -> tuple[list[float] | None, list[tuple[object, list[float]]] | None]:
+    """The vector kept for ``query`` by ``embedder`` in this retrieval, or ``None``.
+
+    And the list to keep a new one in (``None`` outside a retrieval).
+    """
+    kept = _QUERY_VECTORS.get()
+    if kept is None:
+        return None, None
+    by_model = kept.setdefault(query, [])
+    found = next((vector for model, vector in by_model if model is embedder), None)
+    return (None if found is None else list(found)), by_model
+
+
+def _floats(vector: Sequence[float]) -> list[float]:
+    """A vector as the plain floats Chroma takes (a model may give numpy's)."""
+    return [float(value) for value in vector]
 
 
 def query_vector(embedder: Any, query: str) -> list[float]:
     """``embedder.embed_query(query)``, once within one retrieval (:func:`one_retrieval`)."""
-    kept, key = _QUERY_VECTORS.get(), (id(embedder), query)
-    vector = None if kept is None else kept.get(key)
+    vector, by_model = _kept(query, embedder)
     if vector is None:
-        vector = list(embedder.embed_query(query))
-        if kept is not None:
-            kept[key] = vector
+        vector = _floats(embedder.embed_query(query))
+        if by_model is not None:
+            by_model.append((embedder, list(vector)))
     return vector
 
 
 async def aquery_vector(embedder: Any, query: str) -> list[float]:
     """:func:`query_vector` with the model's ``aembed_query``."""
-    kept, key = _QUERY_VECTORS.get(), (id(embedder), query)
-    vector = None if kept is None else kept.get(key)
+    vector, by_model = _kept(query, embedder)
     if vector is None:
         embedded: Awaitable[Sequence[float]] = embedder.aembed_query(query)
-        vector = list(await embedded)
-        if kept is not None:
-            kept[key] = vector
+        vector = _floats(await embedded)
+        if by_model is not None:
+            by_model.append((embedder, list(vector)))
     return vector
 
 
