@@ -242,6 +242,20 @@ def test_windows_from_an_ensemble_retriever(store: Chroma) -> None:
     assert all(math.isfinite(d.metadata["score"]) for d in docs)
 
 
+@pytest.mark.parametrize("outer", [{"k": 2}, {"total_budget": 900}])
+def test_another_context_window_retrievers_windows_give_their_hits(
+    store: Chroma, outer: dict[str, Any]
+) -> None:
+    """A window is no chunk: its hits are (``hit_chunk_ids``), alone or in an ensemble."""
+    inner = ContextWindowRetriever(store, k=3)
+    found = [hit for window in inner.invoke("pears") for hit in window.metadata["hit_chunk_ids"]]
+    docs = ContextWindowRetriever(store, candidates=inner, **outer).invoke("pears")
+    assert docs
+    hits = [hit for d in docs for hit in d.metadata["hit_chunk_ids"]]
+    assert set(hits) <= set(found)
+    assert hits[0] == found[0]  # the inner retriever's best hit leads
+
+
 def test_k_defaults_to_one_window_per_200_of_a_total_budget(store: Chroma) -> None:
     assert ContextWindowRetriever(vectorstore=store)._params({}).k == 4
     assert ContextWindowRetriever(vectorstore=store, total_budget=4000)._params({}).k == 20

@@ -382,7 +382,7 @@ class RetrieverHits(CandidateSource):
     ) -> Flow:
         retriever = self.retriever
         given = yield Call(lambda: retriever.invoke(query), lambda: retriever.ainvoke(query))
-        ids = list(dict.fromkeys(_hit_id(document) for document in given))
+        ids = list(dict.fromkeys(hit for document in given for hit in _hit_ids(document)))
         ids = [chunk_id for chunk_id in ids if chunk_id][:k]
         query_vector = yield self.embed_query(query)
         positions = positions_of(ids) if defer else None
@@ -494,7 +494,15 @@ def _unread(chunk_id: str, position: Position, ranks: tuple[tuple[str, int], ...
     return Hit(Chunk(id=chunk_id, text="", file_id=position[0], index=position[1]), math.inf, ranks)
 
 
-def _hit_id(document: Any) -> str:
-    """The store id of another retriever's document: its ``id``, else its ``chunk_id``."""
+def _hit_ids(document: Any) -> list[str]:
+    """The store ids of another retriever's document: its ``id``, else its ``chunk_id``.
+
+    A window of this library (a ``ContextWindowRetriever``'s, alone or in an ensemble) is no
+    chunk: its hits are (``hit_chunk_ids``, best first as it found them).
+    """
     metadata = getattr(document, "metadata", {}) or {}
-    return str(getattr(document, "id", None) or metadata.get(CHUNK_ID) or "")
+    hits = metadata.get("hit_chunk_ids")
+    if isinstance(hits, list) and hits:
+        return [str(hit) for hit in hits]
+    found = str(getattr(document, "id", None) or metadata.get(CHUNK_ID) or "")
+    return [found] if found else []

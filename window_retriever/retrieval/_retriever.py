@@ -112,9 +112,10 @@ class ContextWindowRetriever(BaseRetriever):
     """Where the hits come from: ``"vector"`` (the store's similarity search), ``"hybrid"``
     (vector and BM25 keyword search fused by reciprocal rank, equal weights; Chroma
     stores), or any LangChain retriever over the same store (an ensemble, a reranker, MMR,
-    multi-query) whose documents carry ``WindowSplitter``'s metadata. ``None`` (the default):
-    hybrid with ``total_budget`` where the store has a keyword search (it won on both dev
-    sets at every budget), vector otherwise. Under hybrid a window's ``score`` is still the
+    multi-query) whose documents carry ``WindowSplitter``'s metadata; of another
+    ``ContextWindowRetriever``, its windows' hits. ``None`` (the default): hybrid with
+    ``total_budget`` where the store has a keyword search (it won on both dev sets at every
+    budget), vector otherwise. Under hybrid a window's ``score`` is still the
     minimum vector distance of its hits (for a keyword hit beyond the adaptive search's pool
     of 100, the pool's farthest distance, the nearest it can be); ``hit_ranks`` says which
     legs found each hit."""
