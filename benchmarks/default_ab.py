@@ -30,25 +30,21 @@ import time
 from pathlib import Path
 from typing import Any
 
+from models import add_embeddings_option
+
 HERE = Path(__file__).resolve().parent
 
 
 def child(store: str, chunks: int, queries: int, build: bool, model: str) -> dict[str, float]:
     """In a process of one checkout: build the store, or time both retrievers on it."""
     sys.path.insert(0, str(HERE))
-    from langchain_core.embeddings import DeterministicFakeEmbedding, Embeddings
+    from models import embeddings_named
     from realistic import corpus
 
     from window_retriever import ContextWindowRetriever, add_chunks, open_store
     from window_retriever.stores import keyword_index
 
-    embeddings: Embeddings
-    if model == "packaged":  # the query embedded as a user's is: the ratio a user sees
-        from window_retriever._embeddings import default_embeddings
-
-        embeddings = default_embeddings()
-    else:
-        embeddings = DeterministicFakeEmbedding(size=384)
+    embeddings = embeddings_named(model)
     split, asked = corpus(chunks)
     asked = asked[:queries]
     if build:
@@ -92,13 +88,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--chunks", type=int, default=20_000)
     parser.add_argument("--queries", type=int, default=300)
-    parser.add_argument(
-        "--embeddings",
-        choices=["fake", "packaged"],
-        default="fake",
-        help="the fake embedding (the query costs nothing: the worst case for the ratio) or the "
-        "packaged model (what a user runs)",
-    )
+    add_embeddings_option(parser)
     parser.add_argument("--out", type=Path)
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--store", help=argparse.SUPPRESS)

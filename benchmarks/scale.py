@@ -58,7 +58,7 @@ from pathlib import Path
 from typing import Any
 
 from langchain_core.documents import Document
-from langchain_core.embeddings import DeterministicFakeEmbedding, Embeddings
+from models import add_embeddings_option, embeddings_named
 from synthetic import synthetic_files
 
 from window_retriever import (
@@ -307,20 +307,10 @@ def main() -> None:
         help="--text's corpus, or real documentation resampled (realistic.py); synthetic is "
         "the keyword search's worst case",
     )
-    parser.add_argument(
-        "--embeddings",
-        choices=["fake", "packaged"],
-        default="fake",
-        help="the fake embedding (the query costs nothing: the worst case for the ratios) or "
-        "the packaged model (what a user runs; every query is embedded by it)",
-    )
+    add_embeddings_option(parser)
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
-    embeddings: Embeddings = DeterministicFakeEmbedding(size=384)
-    if args.embeddings == "packaged":
-        from window_retriever._embeddings import default_embeddings
-
-        embeddings = default_embeddings()
+    embeddings = embeddings_named(args.embeddings)
     rows: list[dict[str, Any]] = []
     for size in args.chunks:
         if args.corpus == "realistic":
