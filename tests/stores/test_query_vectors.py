@@ -170,3 +170,14 @@ def test_a_retrieval_within_another_shares_its_vectors() -> None:
     with one_retrieval():
         query_vector(model, "pottery")
     assert model.queries == ["pottery", "pottery"]
+
+
+def test_a_search_among_no_ids_embeds_nothing(counted: tuple[Chroma, CountingEmbeddings]) -> None:
+    """The adapter answers a search among no ids (a filter that passes none) without the model."""
+    from window_retriever.stores import ChromaWindowStore, SearchIds, SearchVectors
+
+    store, embeddings = counted
+    adapter = ChromaWindowStore(store)
+    assert adapter.search_ids(SearchIds("pottery", 2, ids=[])) == []
+    assert asyncio.run(adapter.asearch_vectors(SearchVectors("pottery", 2, ids=[]))).hits == []
+    assert embeddings.queries == []

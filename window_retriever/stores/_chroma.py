@@ -111,9 +111,9 @@ class ChromaWindowStore(WindowStore, AsyncWindowStore):
 
     def _lean_query(self, request: SearchIds | SearchVectors) -> Any | None:
         """Chroma's answer to a search without texts; ``None`` where the filter passes none."""
-        vector = self._query_vector(request.query)
         if request.ids is not None and not request.ids:
-            return None  # the filter passes no chunk
+            return None  # the filter passes no chunk: nothing to embed the query for
+        vector = self._query_vector(request.query)
         query = self.vectorstore._collection.query
         with store_errors(self.vectorstore):
             try:
@@ -210,9 +210,9 @@ class ChromaWindowStore(WindowStore, AsyncWindowStore):
         """:meth:`_lean_query` over async HTTP on a server."""
         server = self._server()
         assert server is not None  # noqa: S101 - the callers checked
-        vector = await self._aquery_vector(request.query)
         if request.ids is not None and not request.ids:
             return None
+        vector = await self._aquery_vector(request.query)
         try:
             among = request.ids is not None
             return await server.call("query", _ids_query_arguments(request, vector), among=among)
