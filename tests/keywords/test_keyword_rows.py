@@ -159,8 +159,6 @@ def _held(rows: Rows, tree: Any) -> list[tuple[Any, ...]]:
         for r in rows.live().tolist()
     ]
     assert not mask[np.setdiff1d(np.arange(rows.span), rows.live())].any()  # a dead row never
-    asked = rows.live().tolist()[::-1]  # read at once, in any order, as row by row
-    assert rows.entries(asked) == [(rows.length(r), rows.metadata_at(r)) for r in asked]
     return sorted(held, key=lambda row: row[0].encode("utf-8", "surrogatepass"))
 
 

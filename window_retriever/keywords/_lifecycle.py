@@ -899,14 +899,12 @@ def _held(
         return None
     rows, corrected = snapshot.rows, snapshot.corrected
     found: dict[str, tuple[int, Mapping[str, Any]]] = {}
-    in_rows: dict[str, int] = {}  # read from the rows at once, below
     for chunk_id, row in zip(ids, rows.rows_of(ids).tolist(), strict=True):
         entry = corrected.get(chunk_id) if corrected else None
         if entry is not None:
             found[chunk_id] = entry
         elif row >= 0:
-            in_rows[chunk_id] = row
-    found.update(zip(in_rows, rows.entries(list(in_rows.values())), strict=True))
+            found[chunk_id] = (rows.length(row), rows.metadata_at(row))
     return found
 
 

@@ -45,15 +45,6 @@ which is code point order, but for ids that differ only by NUL characters)."""
 _MISSING_CODE = -1
 
 
-def _metadata(stored: bytes | memoryview) -> dict[str, Any]:
-    """A row's metadata from its orjson; a file rewritten under the map raises (rows_damaged)."""
-    metadata: dict[str, Any] = orjson.loads(stored)
-    if metadata.__class__ is not dict:
-        msg = "not a JSON object"
-        raise orjson.JSONDecodeError(msg, bytes(stored).decode(errors="replace"), 0)
-    return metadata
-
-
 class Blob:
     """Byte strings laid end to end: row ``i`` is ``data[ends[i - 1]:ends[i]]``."""
 
@@ -71,16 +62,6 @@ class Blob:
     def __getitem__(self, row: int) -> bytes:
         start = int(self.ends[row - 1]) if row else 0
         return self.data[start : int(self.ends[row])].tobytes()
-
-    def many(self, rows: np.ndarray) -> list[memoryview]:
-        """Rows ``rows``, each a view of ``data`` (no copy): one lookup of their ends for all."""
-        data = memoryview(self.data)  # type: ignore[arg-type]
-        return [
-            data[start:end]
-            for start, end in zip(
-                self.starts(rows).tolist(), np.asarray(self.ends)[rows].tolist(), strict=True
-            )
-        ]
 
     def starts(self, rows: np.ndarray) -> np.ndarray:
         """Where each of ``rows`` starts in ``data``."""
@@ -263,12 +244,12 @@ class Part:
         return found
 
     def metadata_at(self, row: int) -> dict[str, Any]:
-        return _metadata(self.metadata[row])
-
-    def entries(self, rows: np.ndarray) -> list[tuple[int, dict[str, Any]]]:
-        """Each of ``rows``' text length and metadata, read for all of them at once."""
-        lengths = np.asarray(self.lengths)[rows].tolist()
-        return list(zip(lengths, map(_metadata, self.metadata.many(rows)), strict=True))
+        stored = self.metadata[row]
+        metadata: dict[str, Any] = orjson.loads(stored)
+        if metadata.__class__ is not dict:  # a file rewritten under the map: rows_damaged
+            msg = "not a JSON object"
+            raise orjson.JSONDecodeError(msg, stored.decode(errors="replace"), 0)
+        return metadata
 
     # ---- saved as files -----------------------------------------------------------------
 
@@ -462,23 +443,6 @@ class Rows:
     def metadata_at(self, row: int) -> dict[str, Any]:
         part, local = self._part(row)
         return part.metadata_at(local)
-
-    def entries(self, rows: Sequence[int]) -> list[tuple[int, dict[str, Any]]]:
-        """Each row's :meth:`length` and :meth:`metadata_at`, in order, read at once.
-
-        One search of the parts for all of them, and no copy of their metadata: what adaptive
-        selection's stand-ins read, dozens a query.
-        """
-        slots = np.asarray(rows, dtype=np.int64)
-        which = np.searchsorted(self._starts, slots, side="right") - 1
-        found: list[tuple[int, dict[str, Any]]] = [(0, {})] * len(slots)
-        for number, part in enumerate(self.parts):
-            mine = np.flatnonzero(which == number)
-            if len(mine):
-                entries = part.entries(slots[mine] - part.start)
-                for at, entry in zip(mine.tolist(), entries, strict=True):
-                    found[at] = entry
-        return found
 
     def words_at(self, row: int) -> str:
         part, local = self._part(row)
