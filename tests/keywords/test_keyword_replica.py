@@ -183,8 +183,8 @@ def test_reconciliation_runs_in_the_background_every_interval(chroma_server: str
     found(index, "connections")
     store._collection.update(ids=[chunks[2]], documents=[NEW], embeddings=[[0.5] * 16])
 
-    # Waits for the effect, not for ``reconciled``: the next pass, 0.2 s later, finds nothing
-    # and says so, and a poll on a loaded machine can sleep through the pass between.
+    # Waits for the effect, not for what a pass found: the next pass, 0.2 s later, finds
+    # nothing and says so, and a poll on a loaded machine can sleep through the pass between.
     deadline = time.monotonic() + 30
     while found(index, "leaky bucket throttles") == 0 and time.monotonic() < deadline:
         time.sleep(0.1)

@@ -18,7 +18,7 @@ import threading
 import time
 import uuid
 import zlib
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -559,11 +559,7 @@ def _opened(
 
 def _inodes(folder: Path) -> dict[str, int]:
     """Each file of ``folder`` (but the stamps and locks), by its inode."""
-    return {
-        path.name: path.stat().st_ino
-        for path in folder.iterdir()
-        if path.name != STAMPS and not path.name.endswith(".lock") and path.is_file()
-    }
+    return {path.name: path.stat().st_ino for path in _files(folder)}
 
 
 def load(target: Path, fingerprint: Fingerprint, *, exact: bool = True) -> Built | None:
@@ -624,6 +620,13 @@ STAMPS = "stamps.json"
 """The file, written after a save, of each saved file's stamp as it left them (:func:`stamps`)."""
 
 
+def _files(folder: Path, but: Collection[str] = (STAMPS,)) -> Iterator[Path]:
+    """The files of ``folder`` (in no order) but those named in ``but`` and tantivy's locks."""
+    for path in folder.iterdir():
+        if path.name not in but and not path.name.endswith(".lock") and path.is_file():
+            yield path
+
+
 def stamps(folder: Path) -> dict[str, list[int]]:
     """Each saved file's size, inode, modification and change times: read by ``stat`` alone.
 
@@ -633,9 +636,7 @@ def stamps(folder: Path) -> dict[str, list[int]]:
     that still holds says the file was not written since it was taken.
     """
     found: dict[str, list[int]] = {}
-    for path in sorted(folder.iterdir()):
-        if path.name == STAMPS or path.name.endswith(".lock") or not path.is_file():
-            continue
+    for path in sorted(_files(folder)):
         stat = path.stat()
         found[path.name] = [stat.st_size, stat.st_ino, stat.st_mtime_ns, stat.st_ctime_ns]
     return found
@@ -687,11 +688,7 @@ def checksums(folder: Path, known: Mapping[str, list[int]] | None = None) -> dic
     ``known``: files already checked (the links of an update in place), taken as they are.
     """
     found: dict[str, list[int]] = {}
-    for path in sorted(folder.iterdir()):
-        if path.name in ("state.json", STAMPS) or path.name.endswith(".lock"):
-            continue
-        if not path.is_file():
-            continue
+    for path in sorted(_files(folder, but=_OWN_FILES)):
         if known and path.name in known:
             found[path.name] = list(known[path.name])
             continue

@@ -15,11 +15,12 @@ docs/how-it-works.md#the-keyword-index-how-it-stays-current.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import shutil
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, ClassVar
 
 import numpy as np
@@ -113,8 +114,7 @@ class KeywordIndex(KeptIndex):
         """
         if check_interval is not None:
             _check_interval(check_interval)
-        if reconcile_interval is not None:
-            _check_interval(reconcile_interval, "reconcile_interval")
+        _check_interval(reconcile_interval, "reconcile_interval")
         key = source.key
         with cls._shared_lock:
             index = cls._shared.get(key)
@@ -248,13 +248,11 @@ class KeywordIndex(KeptIndex):
         it was loaded (the index is then dropped: the next search rebuilds it).
         """
         snapshot = self._snapshot
-        try:
-            return _held(snapshot, ids)
-        except Exception as error:
-            if snapshot is None or not rows_damaged(error):
-                raise
-            self._discard(snapshot, error, wait=False)
+        if snapshot is None:
             return None
+        with self._dropped_if_damaged(snapshot):
+            return _held(snapshot, ids)
+        return None
 
     def passing(self, where: Mapping[str, Any]) -> list[str] | None:
         """The ids of every chunk ``where`` passes, decided on the metadata this index holds.
@@ -284,7 +282,7 @@ class KeywordIndex(KeptIndex):
         snapshot = self._checked()
         if snapshot is None or self._clock() - snapshot.distrusted_at < _DISTRUST_SECONDS:
             return None
-        try:
+        with self._dropped_if_damaged(snapshot):
             passing = self._passing(snapshot, where, tree)
             ids = passing.ids
             if ids is None:
@@ -294,12 +292,8 @@ class KeywordIndex(KeptIndex):
                 with self._masks_lock:
                     if passing.changes == changes:  # no row turned while the list was made
                         passing.ids = ids
-        except Exception as error:
-            if not rows_damaged(error):
-                raise
-            self._discard(snapshot, error, wait=False)
-            return None
-        return ids
+            return ids
+        return None
 
     def distrust(self) -> None:
         """Chroma refused a search by the ids :meth:`passing` gave: stop giving them.
@@ -335,26 +329,15 @@ class KeywordIndex(KeptIndex):
         snapshot = self._snapshot
         if snapshot is None or snapshot is not build:
             return
-        try:
+        held = None
+        with self._dropped_if_damaged(snapshot):
             held = _held(snapshot, list(read))
-        except Exception as error:
-            if not rows_damaged(error):
-                raise
-            self._discard(snapshot, error, wait=False)
+        differs = {i: e for i, e in read.items() if held.get(i, e) != e} if held else {}
+        if not differs or snapshot is not self._snapshot:  # none, or replaced while read
             return
-        if held:
-            differs = {i: e for i, e in read.items() if held.get(i, e) != e}
-            if differs:
-                self._reindex(snapshot, differs)
-
-    def _reindex(
-        self, snapshot: _Snapshot | None, read: Mapping[str, tuple[int, Mapping[str, Any]]]
-    ) -> None:
-        if snapshot is None or snapshot is not self._snapshot:
-            return
-        rows = snapshot.rows.rows_of(list(read)).tolist()
+        rows = snapshot.rows.rows_of(list(differs)).tolist()
         with self._masks_lock:
-            for (chunk_id, entry), row in zip(read.items(), rows, strict=True):
+            for (chunk_id, entry), row in zip(differs.items(), rows, strict=True):
                 if len(snapshot.corrected) >= _READ_KEPT and chunk_id not in snapshot.corrected:
                     continue
                 snapshot.corrected[chunk_id] = entry
@@ -366,6 +349,21 @@ class KeywordIndex(KeptIndex):
                         passing.mask[row] = passes
                         passing.ids = None
                         passing.changes += 1
+
+    @contextlib.contextmanager
+    def _dropped_if_damaged(self, snapshot: _Snapshot) -> Iterator[None]:
+        """Run the block; if it finds ``snapshot``'s rows damaged (:func:`rows_damaged`), drop it.
+
+        The error is then swallowed (the code after the block answers "nothing") and the
+        snapshot discarded without waiting for the lock (:meth:`_discard`); any other error
+        is raised.
+        """
+        try:
+            yield
+        except Exception as error:
+            if not rows_damaged(error):
+                raise
+            self._discard(snapshot, error, wait=False)
 
     def _discard(self, snapshot: _Snapshot, error: BaseException, *, wait: bool = True) -> None:
         """Drop a snapshot that failed (and its saved copy): the next search rebuilds.

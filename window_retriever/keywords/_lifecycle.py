@@ -276,14 +276,13 @@ class KeptIndex:
     ) -> None:
         """Nothing read yet: the first :meth:`_current` reads (or loads) the collection."""
         _check_interval(check_interval)
-        _check_interval(reconcile_interval, "reconcile_interval", optional=True)
+        _check_interval(reconcile_interval, "reconcile_interval")
         self._source = source
         self.check_interval = float(check_interval)
         self.reconcile_interval = None if reconcile_interval is None else float(reconcile_interval)
         """Seconds between reconciliations in the background (:meth:`reconcile`), or None."""
         self.reconciliations = 0
-        """How many reconciliations ran; :attr:`reconciled` holds what the last one found."""
-        self.reconciled: set[str] = set()
+        """How many reconciliations ran (:meth:`reconcile` returns what each one found)."""
         self.directory = source.index_directory
         """Where this index is saved (one folder per collection id under it), or None."""
         self.builds = 0
@@ -756,7 +755,6 @@ class KeptIndex:
             type(self).invalidate(self._source, differing)
             self._current()
         self.reconciliations += 1
-        self.reconciled = differing
         return differing
 
 
@@ -931,17 +929,15 @@ def server_cache(server: str, tenant: str, database: str) -> Path:
     return cache_directory() / "keyword" / digest
 
 
-def _check_interval(
-    value: float | None, name: str = "check_interval", *, optional: bool = False
-) -> None:
+def _check_interval(value: float | None, name: str = "check_interval") -> None:
     """Refuse an interval that is not a number of seconds.
 
     ``check_interval`` may be 0 and must be finite; ``reconcile_interval`` must be above 0,
-    infinity meaning never.
+    infinity meaning never, or None (no reconciliation).
     """
     checking = name == "check_interval"
     default = DEFAULT_CHECK_INTERVAL if checking else DEFAULT_RECONCILE_INTERVAL
-    if value is None and optional:
+    if value is None and not checking:
         return
     least = "0 or more" if checking else "above 0 (math.inf: never)"
     if (
