@@ -563,6 +563,40 @@ def test_a_saved_index_whose_stamps_hold_is_loaded_without_reading_its_files(
     assert (again.builds, again.loads, len(read)) == (0, 1, 1)
 
 
+def test_a_file_removed_while_a_folder_is_read_is_passed_over(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another process saving may remove a file while this one reads the folder's stamps or
+    checksums: each file is looked at as it is taken, so the one gone is passed over (the
+    folder's files then differ from its save's, and the load reads them or rebuilds), never
+    raised from the middle of the walk."""
+    import os
+
+    from window_retriever.keywords._engine import checksums, stamps
+
+    for name in ("a", "b", "c"):
+        (tmp_path / name).write_bytes(name.encode() * 10)
+    real_stat, real_open = Path.stat, Path.open
+    stats_of_a = []
+
+    def stat(path: Path, **kwargs: Any) -> Any:  # the second of ``a``: stamps reads it
+        stats_of_a.extend([path] if path.name == "a" else [])
+        if len(stats_of_a) == 2 and os.path.exists(tmp_path / "b"):
+            os.unlink(tmp_path / "b")
+        return real_stat(path, **kwargs)
+
+    def opened(path: Path, *args: Any, **kwargs: Any) -> Any:  # checksums reads ``a``
+        if path.name == "a" and os.path.exists(tmp_path / "b"):
+            os.unlink(tmp_path / "b")
+        return real_open(path, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "stat", stat)
+    assert sorted(stamps(tmp_path)) == ["a", "c"]
+    (tmp_path / "b").write_bytes(b"b" * 10)
+    monkeypatch.setattr(Path, "open", opened)
+    assert sorted(checksums(tmp_path)) == ["a", "c"]
+
+
 @pytest.mark.parametrize("file", ["ids.npy", ".term", "meta.json"])
 def test_a_file_rewritten_in_place_with_its_times_put_back_is_caught(
     tmp_path: Path, file: str

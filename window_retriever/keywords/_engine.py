@@ -621,8 +621,12 @@ STAMPS = "stamps.json"
 
 
 def _files(folder: Path, but: Collection[str] = (STAMPS,)) -> Iterator[Path]:
-    """The files of ``folder`` (in no order) but those named in ``but`` and tantivy's locks."""
-    for path in folder.iterdir():
+    """The files of ``folder`` by name, but those named in ``but`` and tantivy's locks.
+
+    Each is checked as it is taken, not when the folder is listed, so a file removed
+    meanwhile (another process saving) is passed over rather than read.
+    """
+    for path in sorted(folder.iterdir()):
         if path.name not in but and not path.name.endswith(".lock") and path.is_file():
             yield path
 
@@ -636,7 +640,7 @@ def stamps(folder: Path) -> dict[str, list[int]]:
     that still holds says the file was not written since it was taken.
     """
     found: dict[str, list[int]] = {}
-    for path in sorted(_files(folder)):
+    for path in _files(folder):
         stat = path.stat()
         found[path.name] = [stat.st_size, stat.st_ino, stat.st_mtime_ns, stat.st_ctime_ns]
     return found
@@ -688,7 +692,7 @@ def checksums(folder: Path, known: Mapping[str, list[int]] | None = None) -> dic
     ``known``: files already checked (the links of an update in place), taken as they are.
     """
     found: dict[str, list[int]] = {}
-    for path in sorted(_files(folder, but=_OWN_FILES)):
+    for path in _files(folder, but=_OWN_FILES):
         if known and path.name in known:
             found[path.name] = list(known[path.name])
             continue
