@@ -1,10 +1,11 @@
 """The keyword leg beside the vector search, or after it: the default's cost, side by side.
 
 Usage: ``python benchmarks/beside.py [--chunks 10000 100000] [--queries 600]
-[--embeddings fake packaged] [--out FILE]``.
+[--embeddings fake packaged] [--corpus synthetic|realistic] [--out FILE]``.
 
-For each corpus size it builds one embedded store of ``scale.py``'s synthetic chunks (the
-fake embedding), then times the same queries, interleaved, in one process, through:
+For each corpus size it builds one embedded store of ``scale.py``'s synthetic chunks (or,
+with ``--corpus realistic``, ``realistic.py``'s chunks of real documentation and its
+questions; the fake embedding), then times the same queries, interleaved, in one process, through:
 
 - ``window``: ``ContextWindowRetriever(k=4)`` (static windows);
 - ``after``: ``ContextWindowRetriever(total_budget=2000)`` with its keyword search run after
@@ -31,11 +32,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import realistic
+import scale
 from langchain_core.embeddings import DeterministicFakeEmbedding, Embeddings
-from scale import corpus
 
 from window_retriever import ContextWindowRetriever, add_chunks, default_embeddings, open_store
 from window_retriever.retrieval import _beside as beside_module
+from window_retriever.stores import keyword_index
 
 _start_beside = beside_module.Beside.start
 
@@ -45,15 +48,18 @@ def _after(self: beside_module.Beside) -> beside_module.Call:
     return self.call
 
 
-def run(directory: Path, chunks: int, queries: int, query_embeddings: Embeddings) -> dict[str, Any]:
-    split, texts = corpus(chunks)
-    path = directory / f"store-{chunks}"
+def run(
+    directory: Path, chunks: int, queries: int, query_embeddings: Embeddings, source: str
+) -> dict[str, Any]:
+    split, texts = (realistic if source == "realistic" else scale).corpus(chunks)
+    path = directory / f"store-{source}-{chunks}"
     if not path.exists():
         built = open_store(
             path, collection="bench", create=True, embeddings=DeterministicFakeEmbedding(size=384)
         )
         add_chunks(built, split)
     store = open_store(path, collection="bench", embeddings=query_embeddings)
+    keyword_index(store).refresh()  # ready before the first query: no query runs without it
     retrievers: dict[str, tuple[ContextWindowRetriever, Callable[..., Any]]] = {
         "window": (ContextWindowRetriever(vectorstore=store, k=4), _start_beside),
         "after": (ContextWindowRetriever(vectorstore=store, total_budget=2000), _after),
@@ -100,6 +106,7 @@ def main() -> None:
     parser.add_argument(
         "--embeddings", nargs="+", choices=["fake", "packaged"], default=["fake", "packaged"]
     )
+    parser.add_argument("--corpus", choices=["synthetic", "realistic"], default="synthetic")
     parser.add_argument("--store", type=Path, help="keep the built stores here (else temporary)")
     parser.add_argument("--out", type=Path)
     arguments = parser.parse_args()
@@ -111,7 +118,8 @@ def main() -> None:
             for name in arguments.embeddings:
                 result = {
                     "embeddings": name,
-                    **run(directory, chunks, arguments.queries, models[name]),
+                    "corpus": arguments.corpus,
+                    **run(directory, chunks, arguments.queries, models[name], arguments.corpus),
                 }
                 results.append(result)
                 print(
