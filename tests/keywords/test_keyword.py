@@ -26,11 +26,9 @@ from langchain_core.embeddings import DeterministicFakeEmbedding
 import window_retriever
 from tests.helpers.stores import FakeClock, disk_store, row_file
 from window_retriever import ConfigurationError
-from window_retriever.evaluation.counting import CountingStore
 from window_retriever.keywords._engine import Fingerprint
 from window_retriever.keywords._index import KeywordIndex
 from window_retriever.keywords._lifecycle import COUNT_EVERY, FOLDER, GENERATION_KEY
-from window_retriever.stores._chroma import ChromaWindowStore
 from window_retriever.stores._chroma_keywords import (
     ChromaKeywordSource,
     invalidate_keywords,
@@ -252,37 +250,6 @@ def test_another_writer_is_seen_within_the_check_interval(
     assert index.search("max_retries", k=3) == []  # within the bound: may be stale
     clock.now += 0.2
     assert [i for i, _ in index.search("max_retries", k=3)] == ["new"]
-
-
-def test_the_store_says_its_keyword_search_is_ready_only_while_it_would_answer_from_memory(
-    make_store: Callable[..., Chroma],
-) -> None:
-    """Ready: built, and no check due. The retriever runs a ready search on a worker thread."""
-    store = store_with(make_store, chunks(FILLER))
-    adapter = ChromaWindowStore(store)
-    assert not adapter.keyword_search_ready()  # not built: a search would read every chunk
-    index = keyword_index(store, check_interval=5)
-    index._clock = clock = FakeClock()
-    assert not adapter.keyword_search_ready()
-    adapter.keyword_search("max_retries", 3, None, None)
-    assert adapter.keyword_search_ready()
-    clock.now += 5.1
-    assert not adapter.keyword_search_ready()  # a check of the collection is due
-    adapter.keyword_search("max_retries", 3, None, None)
-    assert adapter.keyword_search_ready()
-    invalidate_keywords(store)  # written to: the next search checks (and rebuilds)
-    assert not adapter.keyword_search_ready()
-    assert ChromaWindowStore(make_store()).keyword_search_ready() is False  # another collection
-    counting = CountingStore(store)
-    assert not counting.keyword_search_ready()  # a wrapper asks the store it wraps
-    counting.keyword_search("max_retries", 3, None, None)
-    assert counting.keyword_search_ready()
-
-    class OwnSearch(ChromaWindowStore):
-        def keyword_search(self, *arguments: Any) -> list[tuple[str, float]]:
-            return []
-
-    assert not OwnSearch(store).keyword_search_ready()  # its search is not the index's
 
 
 def test_a_writer_that_bypasses_the_library_is_seen_by_its_count(

@@ -21,7 +21,6 @@ PACKAGE = ROOT / "window_retriever"
 RETRIEVAL = (
     "",
     "._adaptive_strategy",
-    "._beside",
     "._candidates",
     "._params",
     "._plan",

@@ -45,10 +45,6 @@ class CountingStore(WindowStore):
         """Search the wrapped store's keyword index (not a store call: not counted)."""
         return self.store.keyword_search(query, k, where, where_document)
 
-    def keyword_search_ready(self) -> bool:
-        """As the wrapped store."""
-        return self.store.keyword_search_ready()
-
     def keyword_search_building(self) -> bool:
         """As the wrapped store."""
         return self.store.keyword_search_building()

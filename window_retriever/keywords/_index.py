@@ -224,14 +224,6 @@ class KeywordIndex(KeptIndex):
             None, self.search, query, k, where=where, where_document=where_document
         )
 
-    def ready(self) -> bool:
-        """Whether a search would now answer from memory: built, and no check of the collection due.
-
-        Then a search reads no store and builds nothing (a filter Chroma must decide, such
-        as ``where_document``, still asks it); it may run beside other calls on a worker.
-        """
-        return self._snapshot is not None and self._fresh(self._clock())
-
     def refresh(self) -> None:
         """Check the collection now, its count too, and rebuild if it changed."""
         self._epoch = next(self._epochs)

@@ -23,9 +23,9 @@ from window_retriever._errors import ConfigurationError
 from window_retriever.core._fusion import DEFAULT_WEIGHTS, Fused, fuse
 from window_retriever.core._ids import CHUNK_ID
 from window_retriever.core._windows import Chunk, Hit, Position
-from window_retriever.retrieval._beside import Beside, Call
 from window_retriever.retrieval._params import Params
 from window_retriever.retrieval._pool import (
+    Call,
     Flow,
     Neighbours,
     Pool,
@@ -301,9 +301,8 @@ class HybridSearch(CandidateSource):
     def survey(self, query: str, k: int, params: Params) -> Flow:
         """The vector leg as ids and distances of a wider pool; its first ``k`` are fused."""
         width = max(k, SURVEY_WIDTH)
-        started = yield Beside(self.keyword(query, k, params))
         found, vectors, space = yield from _surveyed(query, width, k, params, self.held)
-        keyword: list[tuple[str, float]] = yield started
+        keyword: list[tuple[str, float]] = yield self.keyword(query, k, params)
         distances, bound = _survey_of(found)
         vector = list(dict.fromkeys(chunk_id for chunk_id, _ in found))[:k]
         fused = self._fuse(vector, keyword, k)
@@ -323,9 +322,8 @@ class HybridSearch(CandidateSource):
     def find(
         self, query: str, k: int, params: Params, *, embeddings: bool, defer: bool = False
     ) -> Flow:
-        started = yield Beside(self.keyword(query, k, params))
         found = yield _search(query, k, params, measured=True)
-        keyword: list[tuple[str, float]] = yield started
+        keyword: list[tuple[str, float]] = yield self.keyword(query, k, params)
         vector = {document.id or "": n for n, document in enumerate(found.documents)}
         fused = self._fuse(list(vector), keyword, k)
         documents = {document.id or "": document for document in found.documents}
@@ -461,7 +459,7 @@ def _keyword(store: WindowStore) -> Callable[[str, int, Params], Call]:
         def run() -> IdHits:
             return store.keyword_search(query, k, params.filter, params.where_document)
 
-        return Call(run, lambda: in_thread(run), store.keyword_search_ready)
+        return Call(run, lambda: in_thread(run))
 
     return call
 

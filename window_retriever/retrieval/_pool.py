@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import itertools
 from collections import deque
-from collections.abc import Generator, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -20,12 +20,23 @@ from langchain_core.documents import Document
 from window_retriever.core._filters import Predicate, compile_where
 from window_retriever.core._ids import make_chunk_id
 from window_retriever.core._windows import Chunk, Hit, Measure, Position
-from window_retriever.retrieval._beside import Beside, Call
 from window_retriever.retrieval._params import Params
 from window_retriever.retrieval._records import add_neighbours, by_position, read_hit, unique
 from window_retriever.stores._protocol import Fetch, Held, Request, Space
 
-Flow = Generator["Request | Call | Beside", Any, Any]
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    """A step of a retrieval that is not a store request: a keyword search, another retriever.
+
+    The sync driver calls ``run``; the async driver awaits ``arun``.
+    """
+
+    run: Callable[[], Any]
+    arun: Callable[[], Awaitable[Any]]
+
+
+Flow = Generator["Request | Call", Any, Any]
 """A retrieval step: a generator of requests (see ``_retriever._run``) that returns its result."""
 
 

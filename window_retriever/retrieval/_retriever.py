@@ -10,7 +10,6 @@ requests (``Flow``); ``_run`` and ``_arun`` drive it and differ by one ``await``
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable
 from typing import Any
 
@@ -27,11 +26,10 @@ from window_retriever.core._adaptive import DEFAULT_COHERENCE
 from window_retriever.core._fusion import DEFAULT_KEYWORD_WEIGHT
 from window_retriever.core._windows import DEFAULT_WINDOW_BUDGET, Mode
 from window_retriever.retrieval._adaptive_strategy import Adaptive
-from window_retriever.retrieval._beside import Beside, Call
 from window_retriever.retrieval._candidates import CandidateSource, HybridSearch, source_for
 from window_retriever.retrieval._params import OVERRIDABLE, Expansion, Params, refused, resolve
 from window_retriever.retrieval._plan import Route, logger, plan, snapshot_of
-from window_retriever.retrieval._pool import Flow, TypicalLength, above_floor
+from window_retriever.retrieval._pool import Call, Flow, TypicalLength, above_floor
 from window_retriever.retrieval._records import Unexpandable, to_plain_document
 from window_retriever.retrieval._strategies import BudgetedStatic, StaticWindows, Strategy
 from window_retriever.stores._adapters import store_adapter
@@ -357,9 +355,7 @@ def _run(flow: Flow, store: WindowStore, route: Route | None = None) -> Any:
             except StopIteration as done:
                 return done.value
             refused = None
-            if isinstance(request, Beside):
-                response = request.start()
-            elif isinstance(request, Call):
+            if isinstance(request, Call):
                 response = request.run()
             else:
                 if route is not None:
@@ -374,27 +370,19 @@ async def _arun(flow: Flow, store: WindowStore, route: Route | None = None) -> A
     """Drive a flow of requests to its end, awaiting each; return what it returns (see _run)."""
     response: Any = None
     refused: IdsRefused | None = None
-    started: list[asyncio.Future[Any]] = []
     with one_retrieval():  # as in _run
-        try:
-            while True:
+        while True:
+            try:
+                request = flow.throw(refused) if refused is not None else flow.send(response)
+            except StopIteration as done:
+                return done.value
+            refused = None
+            if isinstance(request, Call):
+                response = await request.arun()
+            else:
+                if route is not None:
+                    route.store_calls += 1
                 try:
-                    request = flow.throw(refused) if refused is not None else flow.send(response)
-                except StopIteration as done:
-                    return done.value
-                refused = None
-                if isinstance(request, Beside):
-                    response, task = request.astart()
-                    started.append(task)
-                elif isinstance(request, Call):
-                    response = await request.arun()
-                else:
-                    if route is not None:
-                        route.store_calls += 1
-                    try:
-                        response = await aexecute(store, request)
-                    except IdsRefused as error:
-                        refused = error
-        finally:
-            for task in started:  # the flow ended before it awaited them (an error)
-                task.cancel()
+                    response = await aexecute(store, request)
+                except IdsRefused as error:
+                    refused = error

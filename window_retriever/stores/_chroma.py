@@ -133,17 +133,6 @@ class ChromaWindowStore(WindowStore, AsyncWindowStore):
             query, k, where=where, where_document=where_document
         )
 
-    def keyword_search_ready(self) -> bool:
-        """Whether this process's keyword index of the collection is built and no check is due.
-
-        ``False`` in a subclass that overrides :meth:`keyword_search` (this says nothing of
-        its search); it may override this too.
-        """
-        if type(self).keyword_search is not ChromaWindowStore.keyword_search:
-            return False
-        index = self._index()
-        return index is not None and index.ready()
-
     def keyword_search_building(self) -> bool:
         """Whether this process's keyword index of the collection holds no snapshot yet."""
         if type(self).keyword_search is not ChromaWindowStore.keyword_search:

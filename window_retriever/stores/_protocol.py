@@ -304,16 +304,6 @@ class WindowStore(ABC):
         """
         raise NotImplementedError(_lacks(self, "keyword_search"))
 
-    def keyword_search_ready(self) -> bool:
-        """Whether :meth:`keyword_search` would now answer quickly, from memory.
-
-        ``True`` when it would neither build an index nor read the store (beyond a filter the
-        store itself must decide): the retriever then runs it on a worker thread beside the
-        vector search, where it would otherwise wait for it. ``False`` (the default) runs it
-        after the vector search, in the caller's thread.
-        """
-        return False
-
     def keyword_search_building(self) -> bool:
         """Whether :meth:`keyword_search` finds nothing for now: its index is not built yet.
 
